@@ -1,0 +1,136 @@
+"""IR stage extractor: per LoopLevelIR op, `origins`, `origin_node`, `traceback`, `get_stack_traces()`.
+
+Each field records its value and, separately, whether the slot exists
+(``hasattr``), so "slot exists but empty" and "no such slot" stay distinct.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prov_trace.probes.snapshot import MAX_ITEMS, MAX_TRACE_STR, cut_str, names, populated, safe_str, type_name
+from prov_trace.probes.source import source_of_stack_trace
+
+MAX_OPS = 50_000
+_MISSING = object()
+
+
+def _slot(op: Any, name: str) -> tuple[bool, Any]:
+    try:
+        value = getattr(op, name, _MISSING)
+    except Exception:  # noqa: BLE001 - a property that raises reads as "no value"
+        return True, None
+    return (value is not _MISSING), (None if value is _MISSING else value)
+
+
+def _field(has: bool, value: Any, rendered: Any) -> dict[str, Any]:
+    return {"has": has, "populated": has and populated(value), "type": type_name(value) if has else None, "value": rendered}
+
+
+def op_fields(op: Any) -> dict[str, dict[str, Any]]:
+    fields = {}
+    has, origins = _slot(op, "origins")
+    fields["origins"] = _field(has, origins, names(origins)[0] if origins else [])
+    has, origin_node = _slot(op, "origin_node")
+    fields["origin_node"] = _field(has, origin_node, getattr(origin_node, "name", None) if origin_node is not None else None)
+    has, tb = _slot(op, "traceback")
+    fields["traceback"] = _field(
+        has, tb, [cut_str(str(t), MAX_TRACE_STR) for t in list(tb)[:MAX_ITEMS]] if isinstance(tb, (list, tuple)) else safe_str(tb)
+    )
+    has, fn = _slot(op, "get_stack_traces")
+    traces: Any = None
+    if has and callable(fn):
+        try:
+            traces = fn()
+        except Exception as exc:  # noqa: BLE001
+            traces = None
+            fields["get_stack_traces"] = {"has": True, "populated": False, "type": None,
+                                          "value": None, "error": f"{type(exc).__name__}: {exc}"[:400]}
+    if "get_stack_traces" not in fields:
+        fields["get_stack_traces"] = _field(
+            has, traces, [cut_str(t, MAX_TRACE_STR) for t in list(traces)[:MAX_ITEMS]] if traces else []
+        )
+    return fields
+
+
+def op_sources(fields: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The model lines this op's stack traces point at."""
+    seen = set()
+    out = []
+    for trace in fields["get_stack_traces"].get("value") or []:
+        src = source_of_stack_trace(trace)
+        if src and (src["file"], src["line"]) not in seen:
+            seen.add((src["file"], src["line"]))
+            out.append(src)
+    return out
+
+
+def op_name(op: Any) -> str:
+    try:
+        return op.get_name()
+    except Exception:  # noqa: BLE001
+        return safe_str(getattr(op, "name", None) or f"<{type(op).__name__}>", 200)
+
+
+def snapshot_op(op: Any, brief: bool = False) -> dict[str, Any]:
+    fields = op_fields(op)
+    out: dict[str, Any] = {
+        "name": op_name(op),
+        "type": type(op).__name__,
+        "fields": fields,
+        "source": op_sources(fields),
+    }
+    try:
+        out["reads"] = sorted(op.get_read_names())[:MAX_ITEMS]
+    except Exception:  # noqa: BLE001 - not every op can list its reads
+        out["reads"] = []
+    if not brief:
+        try:
+            attrs = vars(op)
+        except TypeError:
+            attrs = {}
+        out["attrs"] = {k: type_name(v) for k, v in list(attrs.items()) if not k.startswith("_")}
+    return out
+
+
+def snapshot_ops(ops: Any) -> dict[str, Any]:
+    """The ops of a GraphLowering (``graph.operations``)."""
+    out = []
+    total = 0
+    for op in ops:
+        total += 1
+        if len(out) < MAX_OPS:
+            out.append(snapshot_op(op))
+    res: dict[str, Any] = {"op_count": total, "ops": out}
+    if total > len(out):
+        res["cut_ops"] = total - len(out)
+    return res
+
+
+def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
+    """Scheduler nodes after fusion; the IR ops are each member's ``.node``."""
+    groups = []
+    ops = []
+    for snode in snodes:
+        members = []
+        try:
+            inner = snode.get_nodes()
+        except Exception:  # noqa: BLE001
+            inner = [snode]
+        for m in inner:
+            node = getattr(m, "node", None)
+            if node is None:
+                continue
+            snap = snapshot_op(node)
+            snap["group"] = _snode_name(snode)
+            ops.append(snap)
+            members.append(snap["name"])
+        groups.append({"name": _snode_name(snode), "type": type(snode).__name__, "members": members})
+    return {"op_count": len(ops), "ops": ops, "groups": groups}
+
+
+def _snode_name(snode: Any) -> str:
+    try:
+        return snode.get_name()
+    except Exception:  # noqa: BLE001
+        return f"<{type(snode).__name__}>"

@@ -1,0 +1,123 @@
+"""Bounded, side-effect-free snapshots of live objects as plain data.
+
+Everything a probe writes goes through here: strings, lists and mappings are
+cut at fixed bounds and the cut is marked, never silent. No user ``__repr__``,
+``__str__`` or ``__getattr__`` is called on an object of unknown type: the
+generic snapshot reads ``type(obj)`` and, for containers, their length and
+first items, and for dataclasses the declared field names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+MAX_STR = 2000
+MAX_TRACE_STR = 8000
+MAX_ITEMS = 64
+MAX_DEPTH = 4
+
+CUT_MARK = "…[cut {n} chars]"
+
+
+def cut_str(text: str, limit: int = MAX_STR) -> str:
+    """Cut `text` to `limit` characters, marking the cut with how much was dropped."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + CUT_MARK.format(n=len(text) - limit)
+
+
+def type_name(obj: Any) -> str:
+    t = type(obj)
+    mod = t.__module__
+    if mod in ("builtins", None):
+        return t.__qualname__
+    return f"{mod}.{t.__qualname__}"
+
+
+def populated(value: Any) -> bool:
+    """The project's population rule: exists and non-empty. `0` counts; None, "", [], {} do not."""
+    if value is None:
+        return False
+    if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+        return len(value) > 0
+    try:
+        length = type(value).__len__  # only the class's own __len__, never __getattr__
+    except AttributeError:
+        return True
+    try:
+        return length(value) > 0
+    except Exception:
+        return True
+
+
+def safe_str(obj: Any, limit: int = MAX_STR) -> str:
+    """str() for types whose str() we know is pure; a type name for anything else."""
+    if isinstance(obj, str):
+        return cut_str(obj, limit)
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return str(obj)
+    mod = type(obj).__module__ or ""
+    # torch's own value types (OpOverload, Target, sympy exprs) have pure __str__.
+    if mod.startswith(("torch", "sympy")):
+        try:
+            return cut_str(str(obj), limit)
+        except Exception as exc:  # noqa: BLE001 - a broken __str__ is data, not a crash
+            return f"<{type_name(obj)}: str() raised {type(exc).__name__}>"
+    return f"<{type_name(obj)}>"
+
+
+def _is_tensor(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def generic(obj: Any, depth: int = 0) -> Any:
+    """A bounded, safe snapshot of any object, for user probes and unknown values."""
+    if obj is None or isinstance(obj, (bool, int, float)):
+        if isinstance(obj, int) and not -(2**63) <= obj < 2**64:
+            return {"type": "int", "digits": len(str(abs(obj)))}
+        return obj
+    if isinstance(obj, str):
+        return cut_str(obj)
+    if isinstance(obj, (bytes, bytearray)):
+        return {"type": type(obj).__name__, "len": len(obj)}
+    if _is_tensor(obj):
+        try:
+            return {"type": type_name(obj), "shape": list(obj.shape), "dtype": str(obj.dtype), "device": str(obj.device)}
+        except Exception:
+            return {"type": type_name(obj)}
+    if depth >= MAX_DEPTH:
+        return {"type": type_name(obj), "cut": "depth"}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = list(obj)[:MAX_ITEMS] if not isinstance(obj, (set, frozenset)) else list(obj)[:MAX_ITEMS]
+        out = {"type": type_name(obj), "len": len(obj), "items": [generic(i, depth + 1) for i in items]}
+        if len(obj) > MAX_ITEMS:
+            out["cut"] = len(obj) - MAX_ITEMS
+        return out
+    if isinstance(obj, dict):
+        keys = list(obj.keys())[:MAX_ITEMS]
+        out = {
+            "type": type_name(obj),
+            "len": len(obj),
+            "items": [[generic(k, depth + 1), generic(obj[k], depth + 1)] for k in keys],
+        }
+        if len(obj) > MAX_ITEMS:
+            out["cut"] = len(obj) - MAX_ITEMS
+        return out
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"type": type_name(obj), "fields": [f.name for f in dataclasses.fields(obj)]}
+    return {"type": type_name(obj)}
+
+
+def names(items: Any, limit: int = 256) -> tuple[list[str], int]:
+    """The `.name` of each item (FX nodes, buffers), sorted, bounded; returns (names, total)."""
+    out = []
+    total = 0
+    for item in items:
+        total += 1
+        if len(out) < limit:
+            name = getattr(item, "name", None)
+            out.append(name if isinstance(name, str) else safe_str(item, 200))
+    return sorted(out), total

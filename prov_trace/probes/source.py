@@ -1,0 +1,75 @@
+"""Source locations: parse FX stack traces, and read the code Dynamo compiles (the source stage)."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+import types
+from functools import lru_cache
+from typing import Any
+
+from prov_trace.probes.snapshot import cut_str
+
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<text>[^\n]*)', re.M)
+
+
+@lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose frames are the library's, not the user's model."""
+    dirs = []
+    for name in ("torch", "transformers"):
+        mod = sys.modules.get(name)
+        f = getattr(mod, "__file__", None)
+        if f:
+            dirs.append(os.path.dirname(os.path.abspath(f)) + os.sep)
+    return tuple(dirs)
+
+
+def is_library_file(path: str) -> bool:
+    return path.startswith(_library_dirs()) or path.startswith("<")
+
+
+def parse_stack_trace(text: str) -> list[dict[str, Any]]:
+    """Frames of a formatted traceback, outermost first: file, line, func, text."""
+    frames = []
+    for m in _FRAME_RE.finditer(text or ""):
+        frames.append(
+            {"file": m.group("file"), "line": int(m.group("line")), "func": m.group("func").strip(),
+             "text": cut_str(m.group("text").strip(), 400)}
+        )
+    return frames
+
+
+def user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The model's own line: the innermost frame outside torch; else the innermost frame."""
+    for fr in reversed(frames):
+        if not is_library_file(fr["file"]):
+            return fr
+    return frames[-1] if frames else None
+
+
+def source_of_stack_trace(text: Any) -> dict[str, Any] | None:
+    if not isinstance(text, str) or not text:
+        return None
+    fr = user_frame(parse_stack_trace(text))
+    if fr is None:
+        return None
+    return {"file": fr["file"], "line": fr["line"], "func": fr["func"], "text": fr["text"]}
+
+
+def snapshot_code(code: types.CodeType) -> dict[str, Any]:
+    """The source stage: every line of a code object Dynamo compiles, with its text."""
+    lines = sorted({ln for _, _, ln in code.co_lines() if ln is not None and ln >= code.co_firstlineno})
+    filename = code.co_filename
+    # The `def` line itself holds no statement of the body (only the frame's RESUME maps to it).
+    if lines and lines[0] == code.co_firstlineno and linecache.getline(filename, lines[0]).lstrip().startswith(("def ", "async def ")):
+        lines = lines[1:]
+    return {
+        "file": filename,
+        "qualname": getattr(code, "co_qualname", code.co_name),
+        "first_line": code.co_firstlineno,
+        "user": not is_library_file(filename),
+        "lines": [{"line": ln, "text": cut_str(linecache.getline(filename, ln).strip(), 400)} for ln in lines],
+    }

@@ -1,0 +1,118 @@
+"""Read a trace stream back, with explicit size limits, up to its last whole record.
+
+Never imports torch. A stream cut short (a crash, a kill) reads up to its last
+whole record and says where it stopped; anything that is not a prov-trace
+stream gets one sentence, raised as TraceReadError.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from prov_trace import schema
+
+#: No single record may be larger than this; a crafted length can't make the reader allocate more.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+_LIMITS = dict(
+    max_buffer_size=MAX_RECORD_BYTES,
+    max_str_len=64 * 1024 * 1024,
+    max_bin_len=64 * 1024 * 1024,
+    max_array_len=4 * 1024 * 1024,
+    max_map_len=1024 * 1024,
+    max_ext_len=1024,
+)
+
+
+class TraceReadError(Exception):
+    """The file can't be read as a trace; the message is one sentence for the user."""
+
+
+@dataclass
+class Trace:
+    path: str
+    size: int
+    header: dict[str, Any]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+    #: None for a whole stream; else a sentence such as "incomplete at byte 1234".
+    problem: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.problem is None and self.end is not None
+
+    def hooks(self) -> list[dict[str, Any]]:
+        """The last status of each hook (a stream cut short still has the resolution-time status)."""
+        last: dict[tuple, dict[str, Any]] = {}
+        for r in self.records:
+            if r.get("kind") == schema.HOOK:
+                last[(r.get("target"), r.get("stage"), r.get("event"))] = r
+        return list(last.values())
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+def read_trace(path: str | os.PathLike[str]) -> Trace:
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise TraceReadError(f"there is no file {path}: give the path of a trace written by 'prov-trace run'") from None
+    except IsADirectoryError:
+        raise TraceReadError(f"{path} is a directory: give the path of a trace file") from None
+    except OSError as exc:
+        raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        if size == 0:
+            raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
+        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, unicode_errors="surrogateescape",
+                                    read_size=1024 * 1024, **_LIMITS)
+        records: list[dict[str, Any]] = []
+        problem = None
+        while True:
+            offset = unpacker.tell()
+            try:
+                obj = unpacker.unpack()
+            except msgpack.OutOfData:
+                if offset < size:
+                    problem = f"incomplete at byte {offset} of {size}: the stream was cut short"
+                break
+            except (ValueError, msgpack.FormatError, msgpack.StackError, msgpack.ExtraData,
+                    msgpack.BufferFull, UnicodeDecodeError, TypeError, OverflowError, MemoryError):
+                problem = f"incomplete at byte {offset} of {size}: the bytes there are not a whole record"
+                break
+            if not records:
+                _check_header(path, obj)
+            elif not isinstance(obj, dict) or obj.get("kind") not in schema.RECORD_KINDS:
+                problem = f"incomplete at byte {offset} of {size}: the record there is not a prov-trace record"
+                break
+            records.append(obj)
+            if obj.get("kind") == schema.END:
+                break
+        if not records:
+            raise TraceReadError(f"{path} is not a prov-trace trace: it holds no whole record")
+        header = records[0]
+        body = records[1:]
+        end = body[-1] if body and body[-1].get("kind") == schema.END else None
+        if end is None and problem is None:
+            problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
+        return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem)
+
+
+def _check_header(path: str, obj: Any) -> None:
+    if not isinstance(obj, dict) or obj.get("kind") != schema.HEADER or obj.get("schema") != schema.SCHEMA_NAME:
+        raise TraceReadError(f"{path} is not a prov-trace trace: it does not start with a prov-trace header record")
+    version = obj.get("version")
+    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(v, int) for v in version)):
+        raise TraceReadError(f"{path} has a malformed header: its schema version is {version!r}")
+    if version[0] > schema.SCHEMA_VERSION[0]:
+        raise TraceReadError(
+            f"{path} was written with trace schema {version[0]}.{version[1]}, newer than this prov-trace reads "
+            f"({schema.SCHEMA_VERSION[0]}.x): upgrade prov-trace to read it"
+        )

@@ -1,0 +1,1 @@
+"""The tracer: target resolution, event backends, and the session that ties them to a stream."""

@@ -1,0 +1,339 @@
+"""A trace session: resolves a profile's targets, runs a backend, turns events into records.
+
+The session is the only place where live events meet the stream. It never
+lets a probe's failure reach the host: a probe that raises becomes an error
+record for that hook, and the traced code carries on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from prov_trace import __version__, schema
+from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
+from prov_trace.tracer import backends as _backends
+from prov_trace.tracer.imports import ImportWatcher
+from prov_trace.tracer.stream import TraceWriter
+from prov_trace.tracer.targets import ResolvedTarget, ResolveError, TargetError, TargetSpec, resolve
+
+Log = Callable[[str], None]
+
+
+def _stderr(msg: str) -> None:
+    print(f"prov-trace: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class HookState:
+    """What became of one hook: the status that ends up in the hooks table."""
+
+    hook: Hook
+    spec: TargetSpec | None
+    resolved: ResolvedTarget | None = None
+    reason: str | None = None
+    installed: bool = False
+    fired: int = 0
+    errors: int = 0
+
+    def status(self) -> dict[str, Any]:
+        r = self.resolved
+        return {
+            "target": self.hook.target,
+            "stage": self.hook.stage,
+            "event": self.hook.event,
+            "resolved": r is not None,
+            "installed": self.installed,
+            "reason": self.reason,
+            "file": r.file if r else None,
+            "line": r.line if r else None,
+            "signature": r.signature() if r else None,
+            "notes": list(r.notes) if r else [],
+            "fired": self.fired,
+            "errors": self.errors,
+        }
+
+
+@dataclass
+class _Frame:
+    frame_id: int
+    code: types.CodeType
+    call: int
+
+
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[_Frame] = []
+        self.busy = False
+
+
+@dataclass
+class _CodeEntry:
+    code: types.CodeType
+    states: list[HookState] = field(default_factory=list)
+
+
+class TraceSession:
+    """Context manager: ``with TraceSession(writer, profile): <compile>``."""
+
+    def __init__(
+        self,
+        writer: TraceWriter,
+        profile: Profile,
+        *,
+        backend: str = "auto",
+        extra_hooks: tuple[Hook, ...] = (),
+        argv: list[str] | None = None,
+        log: Log = _stderr,
+        header_extra: dict[str, Any] | None = None,
+    ):
+        self.writer = writer
+        self.profile = profile
+        self.requested_backend = backend
+        self.hooks = tuple(profile.hooks) + tuple(extra_hooks)
+        self.argv = list(sys.argv if argv is None else argv)
+        self.log = log
+        self.header_extra = header_extra or {}
+        self.backend: _backends.Backend | None = None
+        self.backend_reason = ""
+        self.states: list[HookState] = []
+        self._by_code: dict[int, _CodeEntry] = {}
+        self._pending: dict[str, list[HookState]] = {}
+        self._watcher = ImportWatcher(self._on_module_loaded)
+        self._tls = _ThreadState()
+        self._all_stacks: list[list[_Frame]] = []
+        self._lock = threading.RLock()
+        self._calls = itertools.count(1)
+        self._active = False
+        self.ended: dict[str, Any] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def __enter__(self) -> "TraceSession":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.stop("ok")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.stop("interrupted", "KeyboardInterrupt")
+        elif issubclass(exc_type, SystemExit):
+            self.stop("exit", f"SystemExit({exc.code!r})")
+        else:
+            self.stop("exception", "".join(traceback.format_exception_only(exc_type, exc)).strip())
+
+    def start(self) -> None:
+        self.backend, self.backend_reason = _backends.choose(self.requested_backend, self._dispatch)
+        self.log(f"backend {self.backend.name}: {self.backend_reason}")
+        torch = sys.modules.get("torch")
+        self.writer.write(schema.HEADER, {
+            "schema": schema.SCHEMA_NAME,
+            "version": list(schema.SCHEMA_VERSION),
+            "tool_version": __version__,
+            "python": platform.python_version(),
+            "torch": getattr(torch, "__version__", None) if torch else _installed_version("torch"),
+            "platform": platform.platform(),
+            "backend": self.backend.name,
+            "backend_reason": self.backend_reason,
+            "profile": self.profile.name,
+            "argv": self.argv,
+            "pid": os.getpid(),
+            "start_time": time.time(),
+            **self.header_extra,
+        })
+        self._active = True
+        for hook in self.hooks:
+            try:
+                spec = TargetSpec.parse(hook.target)
+            except TargetError as exc:
+                state = HookState(hook, None, reason=str(exc))
+                self.states.append(state)
+                self._write_status(state)
+                continue
+            state = HookState(hook, spec)
+            self.states.append(state)
+            self._try_resolve(state)
+        self._watcher.install()
+
+    def stop(self, outcome: str = "ok", detail: str | None = None) -> None:
+        if not self._active:
+            return
+        self._active = False
+        self._watcher.uninstall()
+        if self.backend is not None:
+            try:
+                self.backend.stop()
+            except Exception as exc:  # noqa: BLE001
+                self.log(f"stopping the {self.backend.name} backend failed: {exc}")
+        with self._lock:
+            for stack in self._all_stacks:
+                while stack:
+                    self._write_unwind(stack.pop(), "the call had not returned when tracing stopped")
+        for state in self.states:
+            if not state.resolved and state.reason is None and state.spec is not None:
+                state.reason = f"module {state.spec.module} was never imported"
+            self._write_status(state)
+        self.ended = {"outcome": outcome, "detail": detail, "records": self.writer.records_written + 1}
+        self.writer.write(schema.END, self.ended)
+        self.writer.close()
+
+    # --- resolution ----------------------------------------------------------------
+
+    def _try_resolve(self, state: HookState) -> None:
+        assert state.spec is not None
+        try:
+            resolved = resolve(state.spec)
+        except ResolveError as exc:
+            if state.spec.module not in sys.modules:
+                self._pending.setdefault(state.spec.module, []).append(state)
+                self._watcher.watch(state.spec.module)
+                state.reason = None
+                return
+            state.reason = str(exc)
+            self._write_status(state)
+            return
+        state.resolved = resolved
+        state.reason = None
+        self._install(state)
+
+    def _install(self, state: HookState) -> None:
+        resolved = state.resolved
+        assert resolved is not None and self.backend is not None
+        with self._lock:
+            entry = self._by_code.get(id(resolved.code))
+            if entry is None or entry.code is not resolved.code:
+                entry = self._by_code[id(resolved.code)] = _CodeEntry(resolved.code)
+            entry.states.append(state)
+        try:
+            # Both events, always: pairing entries with returns is what detects exits by exception.
+            self.backend.watch(resolved.code, frozenset((ENTRY, RETURN)), resolved.function)
+        except _backends.BackendUnavailable as exc:
+            state.reason = f"the {self.backend.name} backend cannot watch it: {exc}"
+            entry.states.remove(state)
+        else:
+            state.installed = True
+        self._write_status(state)
+
+    def _on_module_loaded(self, name: str) -> None:
+        if not self._active:
+            return
+        states = self._pending.pop(name, [])
+        self._watcher.unwatch(name)
+        for state in states:
+            try:
+                self._try_resolve(state)
+            except Exception as exc:  # noqa: BLE001 - never break the host's import
+                state.reason = f"resolving failed: {type(exc).__name__}: {exc}"
+        for state in states:
+            if state.spec is not None and not state.resolved and state.reason is None:
+                state.reason = f"module {name} was imported but the target was not found in it"
+
+    def _write_status(self, state: HookState) -> None:
+        self.writer.write(schema.HOOK, state.status())
+
+    # --- events ----------------------------------------------------------------------
+
+    def _dispatch(self, code: types.CodeType, phase: str, frame: types.FrameType, retval: Any) -> None:
+        entry = self._by_code.get(id(code))
+        if entry is None or entry.code is not code or not self._active:
+            return
+        tls = self._tls
+        if tls.busy:  # a probe reached a target itself: not an event of the host's
+            return
+        tls.busy = True
+        try:
+            call = self._pair(tls, code, phase, frame)
+            for state in entry.states:
+                if state.hook.event == phase:
+                    self._run_probe(state, phase, frame, retval, call)
+        except Exception as exc:  # noqa: BLE001 - the tracer's own fault must not reach the host
+            try:
+                self.writer.write(schema.ERROR, {"stage": None, "target": None, "phase": phase,
+                                                 "error": _error(exc)})
+            except Exception:  # noqa: BLE001
+                pass
+        finally:
+            tls.busy = False
+
+    def _pair(self, tls: _ThreadState, code: types.CodeType, phase: str, frame: types.FrameType) -> int:
+        stack = tls.stack
+        if not stack:
+            with self._lock:
+                if not any(s is stack for s in self._all_stacks):
+                    self._all_stacks.append(stack)
+        if phase == ENTRY:
+            call = next(self._calls)
+            stack.append(_Frame(id(frame), code, call))
+            return call
+        fid = id(frame)
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].frame_id == fid and stack[i].code is code:
+                # Everything above it exited by exception without a return event.
+                while len(stack) > i + 1:
+                    self._write_unwind(stack.pop(), "the call exited by an exception")
+                return stack.pop().call
+        return next(self._calls)
+
+    def _write_unwind(self, fr: _Frame, why: str) -> None:
+        entry = self._by_code.get(id(fr.code))
+        for state in entry.states if entry else ():
+            self.writer.write(schema.PROBE, {
+                "stage": state.hook.stage, "target": state.hook.target, "phase": "unwind",
+                "call": fr.call, "compile_id": None, "graph": None,
+                "thread": _thread(), "payload": {"why": why},
+            })
+            break
+
+    def _run_probe(self, state: HookState, phase: str, frame: types.FrameType, retval: Any, call: int) -> None:
+        hook = state.hook
+        locals_ = frame.f_locals
+        resolved = state.resolved
+        if resolved is not None and resolved.self_type is not None:
+            first = frame.f_code.co_varnames[0] if frame.f_code.co_argcount else None
+            if first is None or not isinstance(locals_.get(first), resolved.self_type):
+                return
+        state.fired += 1
+        base = {"stage": hook.stage, "target": hook.target, "phase": phase, "call": call, "thread": _thread()}
+        try:
+            compile_id, graph = self.profile.context(hook.stage, frame)
+        except Exception:  # noqa: BLE001
+            compile_id, graph = None, None
+        base["compile_id"] = compile_id
+        base["graph"] = graph
+        t0 = time.perf_counter_ns()
+        try:
+            payload = hook.probe(ProbeCall(phase, locals_, retval, frame))
+        except Exception as exc:  # noqa: BLE001 - recorded, and the compile carries on
+            state.errors += 1
+            self.writer.write(schema.ERROR, {**base, "error": _error(exc)})
+            return
+        base["probe_ns"] = time.perf_counter_ns() - t0
+        self.writer.write(schema.PROBE, {**base, "payload": payload})
+
+
+def _thread() -> dict[str, Any]:
+    t = threading.current_thread()
+    return {"id": threading.get_ident(), "name": t.name}
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8)
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": "".join(tb)[-6000:]}
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(dist)
+    except Exception:  # noqa: BLE001
+        return None

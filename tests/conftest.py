@@ -1,0 +1,57 @@
+"""Shared fixtures: each model is compiled once per test session, by the real CLI or in process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+HAS_MONITORING = hasattr(sys, "monitoring")
+
+
+def cli(*args: str, cwd: Path | str | None = None, env: dict | None = None, timeout: int = 900,
+        check: bool = False) -> subprocess.CompletedProcess:
+    """Run `python -m prov_trace ARGS` as a user would, in a fresh process."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.run([sys.executable, "-m", "prov_trace", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"prov-trace {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess, trace: Path, report: Path, workdir: Path):
+        self.proc, self.trace, self.report, self.workdir = proc, trace, report, workdir
+
+    def model(self):
+        from prov_trace.report.model import build
+        from prov_trace.report.reader import read_trace
+
+        return build(read_trace(self.trace))
+
+
+@pytest.fixture(scope="session")
+def mlp_run(tmp_path_factory) -> Run:
+    """`prov-trace run examples/reference_mlp.py:SimpleMLP`, once, as a user runs it."""
+    d = tmp_path_factory.mktemp("mlp")
+    proc = cli("run", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP", "-o", str(d / "t.msgpack"),
+               "--report", str(d / "audit.md"), cwd=d, check=True)
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+@pytest.fixture(scope="session")
+def mlp_provenance_run(tmp_path_factory) -> Run:
+    """The same audit with Inductor's own provenance tracking on, and its structured trace in TORCH_TRACE."""
+    d = tmp_path_factory.mktemp("mlp_prov")
+    proc = cli("run", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP", "-o", str(d / "t.msgpack"),
+               "--report", str(d / "audit.md"), cwd=d, check=True,
+               env={"INDUCTOR_PROVENANCE": "1", "TORCH_TRACE": str(d / "torch_trace")})
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
