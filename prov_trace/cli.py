@@ -135,7 +135,8 @@ class _RunCommand(click.Command):
 @click.option("--profile", default="auto", show_default=True,
               help="Which pipeline's hooks to watch: auto, inductor-cpu, inductor-triton.")
 @click.option("--backend", default="auto", show_default=True,
-              help="Event backend: auto, monitoring (3.12+), settrace. `auto` takes the best available and says why.")
+              help="Event backend: auto, monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
+                   "bytecode), settrace (any Python, slowest). `auto` takes the best available and says why.")
 @click.option("--input-shape", metavar="SHAPE", help="Model input shape, e.g. 2,128 (model targets only).")
 @click.option("--dtype", default="float32", show_default=True, help="Input dtype for --input-shape.")
 @click.option("--device", default="cpu", show_default=True, help="Device for the model and its inputs.")
@@ -207,6 +208,8 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
         _say(f"inputs from {origin}: " + ", ".join(f"{tuple(i.shape)} {i.dtype}" for i in inputs if isinstance(i, torch.Tensor)))
     elif kind == "script" and not os.path.isfile(target):
         raise _fail(f"there is no file {target}: give the path to a Python script")
+    elif kind == "module" and not runner.module_exists(module_name):
+        raise _fail(f"no module named {module_name}: check the name, or run from the directory that holds it")
 
     from prov_trace.probes import profiles as _profiles
     from prov_trace.tracer.backends import BackendUnavailable

@@ -193,6 +193,20 @@ def _cut_tool_frames(tb: types.TracebackType | None, first_file: str) -> types.T
     return tb
 
 
+def module_exists(name: str) -> bool:
+    """Whether `python -m name` would find something to run (from the current directory)."""
+    added = os.getcwd() not in sys.path
+    if added:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        if added:
+            sys.path.remove(os.getcwd())
+
+
 def run_program(target: str, args: list[str], *, as_module: bool) -> ScriptResult:
     """Run a script or `-m` module the way python would; return how it ended. Never raises for the program."""
     old_argv, old_path0 = list(sys.argv), (sys.path[0] if sys.path else None)

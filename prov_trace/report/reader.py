@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgpack
 
@@ -69,40 +69,45 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     except OSError as exc:
         raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     with f:
-        if size == 0:
-            raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
-        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, unicode_errors="surrogateescape",
-                                    read_size=1024 * 1024, **_LIMITS)
-        records: list[dict[str, Any]] = []
-        problem = None
-        while True:
-            offset = unpacker.tell()
-            try:
-                obj = unpacker.unpack()
-            except msgpack.OutOfData:
-                if offset < size:
-                    problem = f"incomplete at byte {offset} of {size}: the stream was cut short"
-                break
-            except (ValueError, msgpack.FormatError, msgpack.StackError, msgpack.ExtraData,
-                    msgpack.BufferFull, UnicodeDecodeError, TypeError, OverflowError, MemoryError):
-                problem = f"incomplete at byte {offset} of {size}: the bytes there are not a whole record"
-                break
-            if not records:
-                _check_header(path, obj)
-            elif not isinstance(obj, dict) or obj.get("kind") not in schema.RECORD_KINDS:
-                problem = f"incomplete at byte {offset} of {size}: the record there is not a prov-trace record"
-                break
-            records.append(obj)
-            if obj.get("kind") == schema.END:
-                break
+        return read_stream(f, size, path)
+
+
+def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
+    """Read a trace from an open binary file of `size` bytes."""
+    if size == 0:
+        raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
+    unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, unicode_errors="surrogateescape",
+                                read_size=1024 * 1024, **_LIMITS)
+    records: list[dict[str, Any]] = []
+    problem = None
+    while True:
+        offset = unpacker.tell()
+        try:
+            obj = unpacker.unpack()
+        except msgpack.OutOfData:
+            if offset < size:
+                problem = f"incomplete at byte {offset} of {size}: the stream was cut short"
+            break
+        except (ValueError, msgpack.FormatError, msgpack.StackError, msgpack.ExtraData,
+                msgpack.BufferFull, UnicodeDecodeError, TypeError, OverflowError, MemoryError):
+            problem = f"incomplete at byte {offset} of {size}: the bytes there are not a whole record"
+            break
         if not records:
-            raise TraceReadError(f"{path} is not a prov-trace trace: it holds no whole record")
-        header = records[0]
-        body = records[1:]
-        end = body[-1] if body and body[-1].get("kind") == schema.END else None
-        if end is None and problem is None:
-            problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
-        return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem)
+            _check_header(path, obj)
+        elif not isinstance(obj, dict) or obj.get("kind") not in schema.RECORD_KINDS:
+            problem = f"incomplete at byte {offset} of {size}: the record there is not a prov-trace record"
+            break
+        records.append(obj)
+        if obj.get("kind") == schema.END:
+            break
+    if not records:
+        raise TraceReadError(f"{path} is not a prov-trace trace: it holds no whole record")
+    header = records[0]
+    body = records[1:]
+    end = body[-1] if body and body[-1].get("kind") == schema.END else None
+    if end is None and problem is None:
+        problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
+    return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem)
 
 
 def _check_header(path: str, obj: Any) -> None:

@@ -1,0 +1,140 @@
+"""The command line as a user meets it: help, errors, and running scripts as python would."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from conftest import EXAMPLES, REPO, cli
+
+
+def test_help_is_complete():
+    top = cli("--help")
+    assert top.returncode == 0
+    for word in ("run", "report", "Exit status"):
+        assert word in top.stdout
+    run = cli("run", "--help")
+    for opt in ("-m MODULE", "--output", "--report", "--input-shape", "--dtype", "--device", "--eval / --train",
+                "--backend", "--profile", "--keep-caches", "example_inputs()", "Exit status"):
+        assert opt in run.stdout, opt
+
+
+def _one_error_line(proc, needle: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("prov-trace: error:")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_targets_get_one_sentence(tmp_path):
+    _one_error_line(cli("run"), "nothing to run")
+    _one_error_line(cli("run", "nothing_here"), "neither a model target")
+    _one_error_line(cli("run", "missing.py", cwd=tmp_path), "there is no file missing.py")
+    _one_error_line(cli("run", "no_such_mod:Model", cwd=tmp_path), "cannot import no_such_mod")
+    _one_error_line(cli("run", str(EXAMPLES / "reference_mlp.py") + ":Nope", cwd=tmp_path), "has no attribute Nope")
+
+
+def test_unwritable_outputs_are_refused_before_running(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("open('ran', 'w').write('x')\n")
+    proc = cli("run", "-o", str(tmp_path / "missing" / "t.msgpack"), str(script), cwd=tmp_path)
+    _one_error_line(proc, "does not exist")
+    assert not (tmp_path / "ran").exists()
+    proc = cli("run", "-o", str(tmp_path / "same"), "--report", str(tmp_path / "same"), str(script), cwd=tmp_path)
+    _one_error_line(proc, "same file")
+
+
+def test_uninferable_input_asks_for_input_shape(tmp_path):
+    (tmp_path / "noparams.py").write_text(textwrap.dedent("""
+        import torch
+        class Act(torch.nn.Module):
+            def forward(self, x):
+                return torch.relu(x)
+    """))
+    proc = cli("run", "noparams.py:Act", cwd=tmp_path)
+    _one_error_line(proc, "--input-shape")
+    _one_error_line(cli("run", "noparams.py:Act", "--input-shape", "2,a", cwd=tmp_path), "is not a shape")
+
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    print("argv", sys.argv)
+    print("path0", sys.path[0])
+    print("main", __name__, sys.modules["__main__"].__file__ == __file__)
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "exit3":
+        sys.exit(3)
+    if mode == "raise":
+        def inner():
+            raise ValueError("boom from the script")
+        inner()
+""")
+
+
+def test_script_runs_as_python_would(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    plain = __import__("subprocess").run([sys.executable, str(script), "a", "--flag"], capture_output=True, text=True, cwd=tmp_path)
+    proc = cli("run", "--no-report", "-o", str(tmp_path / "t.msgpack"), str(script), "a", "--flag", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    prog_lines = [ln for ln in proc.stdout.splitlines() if ln.split(" ")[0] in ("argv", "path0", "main")]
+    assert prog_lines == plain.stdout.splitlines()
+
+
+@pytest.mark.parametrize("mode,code", [("exit3", 3), ("raise", 1), ("", 0)])
+def test_script_exit_status_and_traceback(tmp_path, mode, code):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    proc = cli("run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script), mode, cwd=tmp_path)
+    assert proc.returncode == code, proc.stderr
+    from prov_trace.report.reader import read_trace
+
+    t = read_trace(tmp_path / "t.msgpack")
+    assert t.complete
+    assert t.end["outcome"] == {"exit3": "exit", "raise": "exception", "": "ok"}[mode]
+    if mode == "raise":
+        plain = __import__("subprocess").run([sys.executable, str(script), "raise"], capture_output=True, text=True)
+        # The script's own traceback, with prov-trace's frames cut out.
+        tb = proc.stderr[proc.stderr.index("Traceback"):]
+        assert "ValueError: boom from the script" in tb and 'in inner' in tb
+        assert "prov_trace" not in tb
+        assert tb.count("File ") == plain.stderr.count("File ")
+
+
+def test_dash_m_runs_a_module(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tool.py").write_text("import sys\nprint('tool', __name__, sys.argv[1:])\nsys.exit(int(sys.argv[1]))\n")
+    proc = cli("run", "--no-report", "-o", str(tmp_path / "t.msgpack"), "-m", "mypkg.tool", "5", cwd=tmp_path)
+    assert proc.returncode == 5, proc.stderr
+    assert "tool __main__ ['5']" in proc.stdout
+    _one_error_line(cli("run", "-m", "not_a_module_here", cwd=tmp_path), "no module named not_a_module_here")
+
+
+def test_script_compiles_are_all_traced(tmp_path):
+    script = tmp_path / "two.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        @torch.compile
+        def f(x):
+            return torch.sin(x) + 1
+        @torch.compile
+        def g(x):
+            return torch.cos(x) * 2
+        with torch.no_grad():
+            print(f(torch.ones(4)).sum().item(), g(torch.ones(4)).sum().item())
+    """))
+    proc = cli("run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from prov_trace.report.model import build
+    from prov_trace.report.reader import read_trace
+
+    model = build(read_trace(tmp_path / "t.msgpack"))
+    assert [g["label"] for g in model["graphs"]] == ["0/0 inference", "1/0 inference"]
+    for g in model["graphs"]:
+        assert g["stages"]["kernel_spec"]["objects"], g["label"]
+    texts = {s["text"] for g in model["graphs"] for s in g["survival"]}
+    assert {"return torch.sin(x) + 1", "return torch.cos(x) * 2"} <= texts
