@@ -1,0 +1,111 @@
+"""Traced and untraced compiles of the same model, in this process: the host sees no difference."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from prov_trace.probes.profiles import INDUCTOR_CPU
+from prov_trace.report.model import build
+from prov_trace.report.reader import read_trace
+from prov_trace.runner import defeat_caches
+from prov_trace.tracer.session import TraceSession
+from prov_trace.tracer.stream import TraceWriter
+
+
+def _mlp():
+    import importlib.util
+
+    from conftest import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("reference_mlp", EXAMPLES / "reference_mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    return mod.SimpleMLP()
+
+
+def _traced(path, fn):
+    with TraceSession(TraceWriter(path), INDUCTOR_CPU, log=lambda m: None):
+        result = fn()
+    return result, build(read_trace(path))
+
+
+def _train_step(model, x):
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+    model.zero_grad()
+    out = compiled(x)
+    out.sum().backward()
+    return out.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def train_results(tmp_path_factory):
+    defeat_caches()
+    model = _mlp()
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(1))
+    plain = _train_step(model, x)
+    traced, report = _traced(tmp_path_factory.mktemp("train") / "t.msgpack", lambda: _train_step(model, x))
+    return plain, traced, report
+
+
+def test_train_outputs_and_grads_bitwise_equal(train_results):
+    (out_a, grads_a), (out_b, grads_b), _ = train_results
+    assert torch.equal(out_a, out_b)
+    assert all(torch.equal(a, b) for a, b in zip(grads_a, grads_b))
+
+
+def test_train_gives_forward_and_backward_graphs(train_results):
+    report = train_results[2]
+    labels = [g["label"] for g in report["graphs"]]
+    # The backward graph compiles under the forward's compile id.
+    assert labels == ["0/0 forward", "0/0 backward"], labels
+    for g in report["graphs"]:
+        assert g["stages"]["post_grad"]["observed"] and g["stages"]["kernel_spec"]["objects"], g["label"]
+    fwd, bwd = report["graphs"][0], report["graphs"][-1]
+    bwd_nodes = {o["name"] for o in bwd["stages"]["post_grad"]["objects"]}
+    assert bwd_nodes != {o["name"] for o in fwd["stages"]["post_grad"]["objects"]}
+    assert any(n.startswith("tangents") for n in bwd_nodes)
+
+
+def test_inference_output_bitwise_equal(tmp_path):
+    defeat_caches()
+    model = _mlp().eval()
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(2))
+
+    def once():
+        torch._dynamo.reset()
+        with torch.no_grad():
+            return torch.compile(model)(x)
+
+    plain = once()
+    traced, report = _traced(tmp_path / "t.msgpack", once)
+    assert torch.equal(plain, traced)
+    assert report["graphs"][0]["label"] == "0/0 inference"
+
+
+def test_compile_on_another_thread_is_traced(tmp_path):
+    defeat_caches()
+    model = _mlp().eval()
+    x = torch.randn(2, 128)
+    box = {}
+
+    def work():
+        torch._dynamo.reset()
+        with torch.no_grad():
+            box["out"] = torch.compile(model)(x)
+
+    def run():
+        t = threading.Thread(target=work, name="compile-worker")
+        t.start()
+        t.join()
+
+    _, report = _traced(tmp_path / "t.msgpack", run)
+    assert "out" in box
+    trace = read_trace(tmp_path / "t.msgpack")
+    threads = {r["thread"]["name"] for r in trace.records if r["kind"] == "probe"}
+    assert threads == {"compile-worker"}
+    assert report["graphs"][0]["stages"]["artifact"]["observed"]
