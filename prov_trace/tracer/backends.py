@@ -243,3 +243,7 @@ def choose(requested: str, dispatch: Dispatch) -> tuple[Backend, str]:
             why += " (" + "; ".join(skipped) + ")"
         return backend, why
     raise BackendUnavailable("no backend can run here: " + "; ".join(skipped))
+
+
+# The inject backend lives in its own module and registers itself on import.
+from prov_trace.tracer import inject as _inject  # noqa: E402,F401

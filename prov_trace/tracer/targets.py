@@ -92,6 +92,18 @@ class ResolvedTarget:
         return tuple(co.co_varnames[:n])
 
 
+#: Code objects a backend put in place of a function's own (the inject backend):
+#: id(new) -> (new, original). Resolution sees through them, so a target resolved
+#: while traced binds to the original code object, like every other hook on it.
+REPLACED_CODE: dict[int, tuple[types.CodeType, types.CodeType]] = {}
+
+
+def original_code(code: Any) -> Any:
+    """The code object `code` stands in for, or `code` itself."""
+    hit = REPLACED_CODE.get(id(code))
+    return hit[1] if hit is not None and hit[0] is code else code
+
+
 def _unwrap(obj: Any) -> Any:
     """Reach the plain function under decorators, descriptors and partials."""
     for _ in range(32):
@@ -160,7 +172,7 @@ def resolve(spec: TargetSpec, modules: dict[str, types.ModuleType] | None = None
             raise ResolveError(f"{path} has no attribute {part}") from None
         owner = obj if isinstance(obj, type) else None
         obj = _unwrap(attr)
-        code = getattr(obj, "__code__", None) if not isinstance(obj, type) else None
+        code = original_code(getattr(obj, "__code__", None)) if not isinstance(obj, type) else None
         if code is not None and not isinstance(code, types.CodeType):
             code = None
         path = f"{path}.{part}" if path != spec.module else f"{spec.module}:{part}"
@@ -168,7 +180,7 @@ def resolve(spec: TargetSpec, modules: dict[str, types.ModuleType] | None = None
     if code is None:
         kind = "a class" if isinstance(obj, type) else type(obj).__name__
         raise ResolveError(f"{spec} is {kind}, not a Python function (name a method or function)")
-    function = obj if obj is not None and getattr(obj, "__code__", None) is code else None
+    function = obj if obj is not None and original_code(getattr(obj, "__code__", None)) is code else None
     resolved = ResolvedTarget(spec, code, function)
     if owner is not None:
         defining = next((k for k in owner.__mro__ if parts[-1] in vars(k)), owner)

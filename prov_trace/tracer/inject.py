@@ -1,0 +1,260 @@
+"""The ``inject`` backend: a probe call compiled into each target's own bytecode.
+
+For Python 3.11, where ``sys.monitoring`` does not exist, this is the backend
+that costs nothing outside the targets. For each target function it builds a
+new code object with the ``bytecode`` package:
+
+* right after the prologue (``MAKE_CELL`` / ``COPY_FREE_VARS`` / ``RESUME``,
+  which must stay first) a call ``probe("entry", None)``;
+* before every ``RETURN_VALUE`` a call ``probe("return", <the value>)`` on a
+  copy of the value about to be returned (``RETURN_CONST c`` on 3.12+ gets
+  ``probe("return", c)``).
+
+``probe`` is a closure placed in the new code's ``co_consts`` and loaded with
+``LOAD_CONST``, so no global or attribute lookup is added to the target. It
+reads the target's frame with ``sys._getframe(1)`` and hands the *original*
+code object to the session's dispatch, so the session sees exactly what the
+other backends deliver. The new code is assigned to ``function.__code__``: the
+function object stays the same, so references taken before tracing started
+(bound methods, ``functools.wraps`` wrappers, registries) hit the probe too.
+``stop()`` puts the original code object back, the identical object.
+While traced, target resolution sees through the new code objects
+(``targets.REPLACED_CODE``), so a second hook on the same function, or one
+resolved later, binds to the original code object like the first.
+
+Not instrumented, and why:
+
+* generators and coroutines: their "return" is every ``yield`` suspension and
+  their "entry" every resumption; the target is refused with a sentence.
+* a code object with no function to assign to (a ``<locals>`` function, whose
+  function objects are made afresh on every call) or whose ``__code__`` cannot
+  be assigned: it is watched by a ``settrace`` backend started for these codes
+  only, and a line on stderr says so. That fallback covers the thread that
+  started it and threads started later, not threads already running.
+
+When several function objects share one code object (a factory returning
+closures), only the function the target resolved to is instrumented.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from prov_trace.tracer.backends import (
+    ENTRY,
+    RETURN,
+    Backend,
+    BackendUnavailable,
+    Dispatch,
+    SettraceBackend,
+    register,
+)
+from prov_trace.tracer.targets import REPLACED_CODE, original_code
+
+#: Bytecode layouts this module knows: the call sequence changed in 3.11, 3.12 and 3.13.
+SUPPORTED = ((3, 11), (3, 12), (3, 13))
+
+_UNINSTRUMENTABLE = (
+    inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+)
+
+
+def _log(msg: str) -> None:
+    print(f"prov-trace: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Rewrite:
+    code: types.CodeType          # the target's code object, reported to the session
+    previous: types.CodeType      # what __code__ held before (``code`` unless another tracer rewrote it); stop() restores it
+    new_code: types.CodeType
+    function: Any
+    phases: frozenset[str]
+
+
+class InjectBackend(Backend):
+    """Rewrites each target function's ``__code__`` to call a probe at entry and at each return."""
+
+    name = "inject"
+
+    def __init__(self) -> None:
+        self._dispatch: Dispatch | None = None
+        self._rewrites: dict[int, _Rewrite] = {}
+        self._settrace: SettraceBackend | None = None
+        #: id(code) -> (code, why) for the codes watched by the settrace fallback.
+        self.fallbacks: dict[int, tuple[types.CodeType, str]] = {}
+        self.log: Callable[[str], None] = _log
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        version = sys.version_info[:2]
+        if version not in SUPPORTED:
+            lo, hi = SUPPORTED[0], SUPPORTED[-1]
+            return (f"inject knows the bytecode of Python {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]} only, "
+                    f"and this is Python {version[0]}.{version[1]}")
+        try:
+            import bytecode  # noqa: F401
+        except ImportError:
+            return "the bytecode package isn't installed (pip install bytecode)"
+        return None
+
+    def start(self, dispatch: Dispatch) -> None:
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendUnavailable(reason)
+        self._dispatch = dispatch
+
+    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
+        if self._dispatch is None:
+            raise BackendUnavailable("the inject backend has not been started")
+        if code.co_flags & _UNINSTRUMENTABLE:
+            raise BackendUnavailable(
+                f"{code.co_qualname} is a generator or coroutine, whose entry and return inject can't instrument"
+            )
+        done = self._rewrites.get(id(code))
+        if done is not None and done.code is code:
+            if phases <= done.phases:
+                return
+            if done.function.__code__ is not done.new_code:
+                raise BackendUnavailable(f"{code.co_qualname}.__code__ was replaced by someone else while traced")
+            self._rewrite(code, phases | done.phases, done.function, done.previous)
+            return
+        if id(code) in self.fallbacks and self.fallbacks[id(code)][0] is code:
+            assert self._settrace is not None
+            self._settrace.watch(code, phases)
+            return
+        if function is None:
+            self._fall_back(code, phases, "there is no function object whose __code__ could be replaced "
+                                          "(a nested function is made afresh on every call)")
+            return
+        current = getattr(function, "__code__", None)
+        # `current` is `code`, or a rewrite of it by another tracer that resolution saw through.
+        if not isinstance(current, types.CodeType) or original_code(current) is not code:
+            self._fall_back(code, phases, f"{function!r} does not hold this code object in __code__")
+            return
+        self._rewrite(code, phases, function, current)
+
+    def _rewrite(self, code: types.CodeType, phases: frozenset[str], function: Any, previous: types.CodeType) -> None:
+        try:
+            new_code = instrument(previous, _make_probe(code, self), phases)
+        except Exception as exc:  # noqa: BLE001 - any bytecode it can't rewrite
+            self._fall_back(code, phases, f"its bytecode could not be rewritten ({type(exc).__name__}: {exc})")
+            return
+        try:
+            function.__code__ = new_code
+        except (AttributeError, TypeError, ValueError) as exc:
+            self._fall_back(code, phases, f"its __code__ can't be assigned ({exc})")
+            return
+        old = self._rewrites.get(id(code))
+        if old is not None:
+            REPLACED_CODE.pop(id(old.new_code), None)
+        REPLACED_CODE[id(new_code)] = (new_code, code)
+        self._rewrites[id(code)] = _Rewrite(code, previous, new_code, function, frozenset(phases))
+
+    def stop(self) -> None:
+        self._dispatch = None  # probes still running in live frames go quiet at once
+        problems = []
+        for rw in self._rewrites.values():
+            REPLACED_CODE.pop(id(rw.new_code), None)
+            if rw.function.__code__ is rw.new_code:
+                rw.function.__code__ = rw.previous
+            else:
+                problems.append(rw.code.co_qualname)
+        self._rewrites.clear()
+        if self._settrace is not None:
+            self._settrace.stop()
+            self._settrace = None
+        self.fallbacks.clear()
+        if problems:
+            self.log("left __code__ alone where someone replaced it while traced: " + ", ".join(problems))
+
+    def _fall_back(self, code: types.CodeType, phases: frozenset[str], why: str) -> None:
+        if self._settrace is None:
+            st = SettraceBackend()
+            try:
+                st.start(self._dispatch_fallback)
+            except BackendUnavailable as exc:
+                raise BackendUnavailable(f"inject can't instrument it: {why}; and the settrace fallback can't run: {exc}") from None
+            self._settrace = st
+        self._settrace.watch(code, phases)
+        self.fallbacks[id(code)] = (code, why)
+        self.log(f"inject can't instrument {code.co_qualname}: {why}; watching it with settrace instead")
+
+    def _dispatch_fallback(self, code: types.CodeType, phase: str, frame: types.FrameType, retval: Any) -> None:
+        dispatch = self._dispatch
+        if dispatch is not None:
+            dispatch(code, phase, frame, retval)
+
+
+def _make_probe(code: types.CodeType, backend: InjectBackend) -> Callable[[str, Any], None]:
+    """The callable compiled into the new code: it reports against the original code object."""
+    getframe = sys._getframe
+
+    def probe(phase: str, retval: Any) -> None:
+        dispatch = backend._dispatch
+        if dispatch is not None:
+            try:
+                dispatch(code, phase, getframe(1), retval)
+            except Exception:  # noqa: BLE001 - never into the host (the session already catches its own)
+                pass
+
+    probe.__qualname__ = probe.__name__ = f"prov_trace_probe<{code.co_qualname}>"
+    return probe
+
+
+def instrument(code: types.CodeType, probe: Callable[[str, Any], None], phases: frozenset[str]) -> types.CodeType:
+    """A copy of `code` that calls ``probe("entry", None)`` first and ``probe("return", value)`` before each return."""
+    from bytecode import Bytecode, Instr
+
+    version = sys.version_info[:2]
+    if version not in SUPPORTED:
+        raise RuntimeError(f"Python {version[0]}.{version[1]} bytecode is not supported")
+
+    def call(loc: Any, args: list) -> list:
+        # 3.11: NULL, callable, args, PRECALL, CALL. 3.12: NULL, callable, args, CALL. 3.13: callable, NULL, args, CALL.
+        if version >= (3, 13):
+            seq = [Instr("LOAD_CONST", probe, location=loc), Instr("PUSH_NULL", location=loc)]
+        else:
+            seq = [Instr("PUSH_NULL", location=loc), Instr("LOAD_CONST", probe, location=loc)]
+        seq += args
+        if version == (3, 11):
+            seq.append(Instr("PRECALL", 2, location=loc))
+        seq += [Instr("CALL", 2, location=loc), Instr("POP_TOP", location=loc)]
+        return seq
+
+    bc = Bytecode.from_code(code)
+    out: list = []
+    entered = ENTRY not in phases
+    for ins in bc:
+        if RETURN in phases and isinstance(ins, Instr) and ins.name in ("RETURN_VALUE", "RETURN_CONST"):
+            loc = ins.location
+            if ins.name == "RETURN_VALUE":
+                # Stack: value, NULL/probe, probe/NULL, "return" -> COPY 4 is the value.
+                value = Instr("COPY", 4, location=loc)
+            else:
+                value = Instr("LOAD_CONST", ins.arg, location=loc)
+            out += call(loc, [Instr("LOAD_CONST", RETURN, location=loc), value])
+        out.append(ins)
+        if not entered and isinstance(ins, Instr) and ins.name == "RESUME":
+            loc = ins.location
+            out += call(loc, [Instr("LOAD_CONST", ENTRY, location=loc), Instr("LOAD_CONST", None, location=loc)])
+            entered = True
+    if not entered:
+        raise RuntimeError("no RESUME instruction to put the entry probe after")
+    bc[:] = out
+    # Seed the local names in their original order (bytecode would number them by first use),
+    # so co_varnames, and the order of frame.f_locals, stay as they were.
+    bc.argnames = list(code.co_varnames)
+    new = bc.to_code()
+    for attr in ("co_name", "co_qualname", "co_filename", "co_firstlineno", "co_argcount",
+                 "co_posonlyargcount", "co_kwonlyargcount", "co_varnames", "co_freevars", "co_cellvars", "co_flags"):
+        if getattr(new, attr) != getattr(code, attr):
+            raise RuntimeError(f"rewriting changed {attr}")
+    return new
+
+
+register(InjectBackend)

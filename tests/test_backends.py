@@ -1,0 +1,386 @@
+"""Every event backend this interpreter can run, on toy targets (fast: no torch.compile)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import msgpack
+import pytest
+
+from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
+from prov_trace.tracer import backends
+from prov_trace.tracer.backends import BACKENDS, BackendUnavailable, choose
+from prov_trace.tracer.inject import InjectBackend, instrument
+from prov_trace.tracer.session import TraceSession
+from prov_trace.tracer.stream import TraceWriter
+
+HAS_MONITORING = hasattr(sys, "monitoring")
+ALL = ("monitoring", "inject", "settrace")
+MOD = __name__
+
+
+# --- the toy targets ---------------------------------------------------------------------
+
+
+def target_add(a, b):
+    c = a + b
+    return c * 2
+
+
+def not_a_target(x):
+    return x + 1
+
+
+def target_raises(x):
+    y = x * 2
+    raise ValueError(f"boom {y}")
+
+
+def target_outer(x):
+    try:
+        target_raises(x)
+    except ValueError:
+        pass
+    return x
+
+
+def make_adder(n):
+    def add(x):
+        total = x + n
+        return total
+
+    return add
+
+
+def target_gen(n):
+    yield from range(n)
+
+
+class Widget:
+    def __init__(self, k):
+        self.k = k
+
+    def scale(self, x):
+        return self.k * x
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _snapshot(call: ProbeCall) -> dict:
+    simple = {k: v for k, v in call.locals.items() if isinstance(v, (int, str))}
+    return {"locals": simple, "retval": call.retval if isinstance(call.retval, (int, str)) else repr(call.retval)}
+
+
+def _hooks(*names: str) -> tuple[Hook, ...]:
+    return tuple(Hook("toy", f"{MOD}:{n}", ev, _snapshot) for n in names for ev in (ENTRY, RETURN))
+
+
+def _available(name: str) -> None:
+    reason = BACKENDS[name].unavailable_reason()
+    if reason:
+        pytest.skip(f"the {name} backend can't run on Python {sys.version_info.major}.{sys.version_info.minor}: {reason}")
+    if name == "settrace" and sys.gettrace() is not None:
+        pytest.skip("another sys.settrace tracer (a debugger or coverage) is active")
+
+
+@pytest.fixture(params=ALL)
+def backend(request) -> str:
+    _available(request.param)
+    return request.param
+
+
+class Traced:
+    def __init__(self, tmp_path, backend: str, *names: str):
+        self.path = tmp_path / f"{backend}.msgpack"
+        self.logs: list[str] = []
+        self.session = TraceSession(TraceWriter(self.path), Profile("toy", "toy targets", _hooks(*names)),
+                                    backend=backend, log=self.logs.append)
+
+    def __enter__(self) -> "Traced":
+        self.session.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.session.stop("ok")
+
+    def records(self) -> list[dict]:
+        with open(self.path, "rb") as f:
+            return list(msgpack.Unpacker(f, raw=False))
+
+    def probes(self, name: str | None = None) -> list[dict]:
+        return [r for r in self.records()
+                if r["kind"] == "probe" and (name is None or r["target"] == f"{MOD}:{name}")]
+
+    def hooks(self) -> dict[str, dict]:
+        return {r["target"]: r for r in self.records() if r["kind"] == "hook"}
+
+
+# --- every backend -------------------------------------------------------------------------
+
+
+def test_entry_and_return_carry_arguments_result_and_final_locals(tmp_path, backend):
+    with Traced(tmp_path, backend, "target_add") as t:
+        assert target_add(2, 3) == 10
+        assert target_add(b=1, a=1) == 4
+    recs = t.probes("target_add")
+    assert [(r["phase"], r["payload"]["locals"]) for r in recs] == [
+        (ENTRY, {"a": 2, "b": 3}), (RETURN, {"a": 2, "b": 3, "c": 5}),
+        (ENTRY, {"a": 1, "b": 1}), (RETURN, {"a": 1, "b": 1, "c": 2}),
+    ]
+    assert [r["payload"]["retval"] for r in recs if r["phase"] == RETURN] == [10, 4]
+    assert recs[0]["call"] == recs[1]["call"] != recs[2]["call"] == recs[3]["call"]
+    header = t.records()[0]
+    assert header["backend"] == backend
+    hook = t.hooks()[f"{MOD}:target_add"]
+    assert hook["installed"] and hook["fired"] == 2 and hook["reason"] is None
+
+
+def test_a_function_that_is_not_a_target_gets_no_events(tmp_path, backend):
+    before = not_a_target.__code__
+    with Traced(tmp_path, backend, "target_add") as t:
+        assert not_a_target.__code__ is before
+        assert sum(not_a_target(i) for i in range(100)) == 5050
+        target_add(1, 1)
+    assert {r["target"] for r in t.probes()} == {f"{MOD}:target_add"}
+    assert len(t.probes()) == 2
+
+
+def test_an_exception_leaving_a_target_is_paired_as_unwind(tmp_path, backend):
+    with Traced(tmp_path, backend, "target_outer", "target_raises") as t:
+        assert target_outer(3) == 3
+        with pytest.raises(ValueError):
+            target_raises(4)
+    recs = [(r["target"].split(":")[1], r["phase"], r["call"]) for r in t.probes()]
+    outer, inner, last = recs[0][2], recs[1][2], recs[5][2]
+    assert recs == [
+        ("target_outer", ENTRY, outer),
+        ("target_raises", ENTRY, inner),
+        ("target_raises", "unwind", inner),   # revealed by the outer return
+        ("target_outer", RETURN, outer),
+        ("target_raises", ENTRY, last),
+        ("target_raises", "unwind", last),    # revealed when tracing stopped
+    ]
+    unwinds = [r for r in t.probes() if r["phase"] == "unwind"]
+    assert unwinds[0]["payload"]["why"] == "the call exited by an exception"
+    assert unwinds[1]["payload"]["why"] == "the call had not returned when tracing stopped"
+
+
+def test_threads_started_after_tracing_started_are_traced(tmp_path, backend):
+    results = []
+    with Traced(tmp_path, backend, "target_add") as t:
+        worker = threading.Thread(target=lambda: results.append(target_add(5, 6)), name="late-worker")
+        worker.start()
+        worker.join()
+    assert results == [22]
+    recs = t.probes("target_add")
+    assert [(r["phase"], r["thread"]["name"]) for r in recs] == [(ENTRY, "late-worker"), (RETURN, "late-worker")]
+    assert recs[1]["payload"]["retval"] == 22
+
+
+def test_a_bound_method_taken_before_tracing_still_fires(tmp_path, backend):
+    bound = Widget(3).scale
+    with Traced(tmp_path, backend, "Widget.scale") as t:
+        assert bound(4) == 12
+    assert [(r["phase"], r["payload"]["retval"]) for r in t.probes()] == [(ENTRY, "None"), (RETURN, 12)]
+
+
+def test_tracing_stops_cleanly(tmp_path, backend):
+    with Traced(tmp_path, backend, "target_add") as t:
+        target_add(1, 2)
+    target_add(1, 2)  # after stop: nothing more is written, nothing breaks
+    assert len(t.probes()) == 2
+    assert t.records()[-1]["kind"] == "end"
+    assert sys.gettrace() is None
+    if HAS_MONITORING:
+        assert all(sys.monitoring.get_tool(i) != "prov-trace" for i in range(6))
+
+
+# --- inject --------------------------------------------------------------------------------
+
+
+def test_inject_puts_the_original_code_objects_back(tmp_path):
+    _available("inject")
+    codes = (target_add.__code__, Widget.scale.__code__)
+    with Traced(tmp_path, "inject", "target_add", "Widget.scale"):
+        assert target_add.__code__ is not codes[0] and Widget.scale.__code__ is not codes[1]
+        assert target_add.__code__.co_qualname == "target_add"
+    assert target_add.__code__ is codes[0] and Widget.scale.__code__ is codes[1]
+
+
+def test_inject_resolution_sees_the_original_code_while_traced(tmp_path):
+    _available("inject")
+    from prov_trace.tracer.targets import TargetSpec, resolve
+
+    original = target_add.__code__
+    with Traced(tmp_path, "inject", "target_add"):
+        resolved = resolve(TargetSpec.parse(f"{MOD}:target_add"))
+        assert resolved.code is original and resolved.function is target_add
+        assert target_add.__code__ is not original
+
+
+def test_inject_falls_back_to_settrace_for_a_code_with_no_function(tmp_path, capsys):
+    _available("inject")
+    _available("settrace")
+    add5 = make_adder(5)
+    with Traced(tmp_path, "inject", "make_adder.<locals>.add") as t:
+        assert add5(1) == 6
+    assert sys.gettrace() is None
+    assert [(r["phase"], r["payload"]["locals"].get("total")) for r in t.probes()] == [(ENTRY, None), (RETURN, 6)]
+    assert t.hooks()[f"{MOD}:make_adder.<locals>.add"]["installed"]
+    err = capsys.readouterr().err
+    assert "inject can't instrument make_adder.<locals>.add" in err and "settrace instead" in err
+
+
+def test_inject_refuses_a_generator_in_one_sentence(tmp_path):
+    _available("inject")
+    with Traced(tmp_path, "inject", "target_gen") as t:
+        assert list(target_gen(3)) == [0, 1, 2]
+    hook = t.hooks()[f"{MOD}:target_gen"]
+    assert not hook["installed"] and "generator" in hook["reason"] and "\n" not in hook["reason"]
+    assert t.probes() == []
+
+
+def _shapes():
+    """Functions whose bytecode exercises the rewriting: cells, free vars, try/finally, with, loops, kw-only."""
+
+    def closure_user(x):
+        y = x + 1
+
+        def inner():
+            return y
+
+        return inner()
+
+    k = 10
+
+    def free_var(x):
+        return x + k
+
+    def try_finally(x):
+        try:
+            if x > 0:
+                return "positive"
+        finally:
+            x += 1
+        return None
+
+    def try_except_return(x):
+        try:
+            return 1 // x
+        except ZeroDivisionError:
+            return "div0"
+
+    def loop(n, *, step=1):
+        total = 0
+        for i in range(0, n, step):
+            if i == 7:
+                break
+            total += i
+        else:
+            return -total
+        return total
+
+    def with_block(x):
+        import contextlib
+
+        with contextlib.nullcontext(x) as v:
+            return v * 2
+
+    def only_raises(x):
+        raise KeyError(x)
+
+    class S:
+        def m(self, x):
+            return super().__repr__() and x
+
+    return [
+        (closure_user, [(1,), (5,)]), (free_var, [(1,)]), (try_finally, [(1,), (-1,)]),
+        (try_except_return, [(2,), (0,)]), (loop, [(5,), (20,), (6,)]), (with_block, [(4,)]),
+        (only_raises, [(1,)]), (S.m, [(S(), 3)]),
+    ]
+
+
+@pytest.mark.parametrize("fn,calls", _shapes(), ids=lambda v: getattr(v, "__name__", ""))
+def test_inject_keeps_behaviour_and_reports_every_exit(fn, calls):
+    _available("inject")
+    seen = []
+
+    def probe(phase, retval):
+        seen.append((phase, retval))
+
+    def outcome(*args):
+        try:
+            return ("ok", fn(*args))
+        except Exception as exc:  # noqa: BLE001
+            return ("raised", repr(exc))
+
+    expected = [outcome(*a) for a in calls]
+    original = fn.__code__
+    fn.__code__ = instrument(original, probe, frozenset((ENTRY, RETURN)))
+    try:
+        got = [outcome(*a) for a in calls]
+    finally:
+        fn.__code__ = original
+    assert got == expected
+    want = []
+    for kind, value in expected:
+        want.append((ENTRY, None))
+        if kind == "ok":
+            want.append((RETURN, value))
+    assert seen == want
+
+
+# --- choosing ------------------------------------------------------------------------------
+
+
+def _noop(*args) -> None:
+    pass
+
+
+@pytest.mark.skipif(HAS_MONITORING, reason="sys.monitoring exists on this Python (3.12+)")
+def test_monitoring_on_311_fails_with_one_sentence():
+    with pytest.raises(BackendUnavailable) as info:
+        choose("monitoring", _noop)
+    msg = str(info.value)
+    assert msg == ("the monitoring backend can't run here: sys.monitoring isn't available in Python "
+                   f"{sys.version_info.major}.{sys.version_info.minor} (it needs 3.12+)")
+
+
+@pytest.mark.skipif(HAS_MONITORING, reason="sys.monitoring exists on this Python (3.12+)")
+def test_auto_on_311_takes_inject_and_says_why():
+    backend, why = choose("auto", _noop)
+    try:
+        assert backend.name == "inject"
+        assert why.startswith("inject is the best backend available (not monitoring: sys.monitoring isn't available")
+    finally:
+        backend.stop()
+
+
+@pytest.mark.skipif(not HAS_MONITORING, reason="sys.monitoring needs Python 3.12+")
+def test_auto_on_312_takes_monitoring():
+    backend, why = choose("auto", _noop)
+    try:
+        assert backend.name == "monitoring" and why == "monitoring is the best backend available"
+    finally:
+        backend.stop()
+
+
+def test_an_unknown_backend_names_the_choices():
+    with pytest.raises(BackendUnavailable, match=r"^there is no backend named 'fast': choose one of auto, inject, monitoring, settrace$"):
+        choose("fast", _noop)
+
+
+def test_inject_names_what_it_lacks(monkeypatch):
+    monkeypatch.setattr(sys, "version_info", (3, 99, 0, "final", 0))
+    reason = InjectBackend.unavailable_reason()
+    assert reason == "inject knows the bytecode of Python 3.11 to 3.13 only, and this is Python 3.99"
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "bytecode", None)
+    assert InjectBackend.unavailable_reason() == "the bytecode package isn't installed (pip install bytecode)"
+
+
+def test_auto_order_prefers_the_cheapest():
+    assert backends.AUTO_ORDER == ("monitoring", "inject", "settrace")
+    assert set(ALL) == set(BACKENDS)
