@@ -94,6 +94,8 @@ def test_compile_on_another_thread_is_traced(tmp_path):
     box = {}
 
     def work():
+        # torch's compile config is thread-local: the main thread's cache setting does not reach here.
+        torch.compiler.config.force_disable_caches = True
         torch._dynamo.reset()
         with torch.no_grad():
             box["out"] = torch.compile(model)(x)

@@ -12,14 +12,16 @@ from typing import Any
 
 from prov_trace.probes.snapshot import cut_str
 
-_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)\n(?P<text>[^\n]*)', re.M)
+# Every part stays on its own line ([ \t], [^"\n]): a hostile text of many blank lines or unclosed quotes
+# costs linear time, not a rescan from each line start.
+_FRAME_RE = re.compile(r'^[ \t]*File "(?P<file>[^"\n]+)", line (?P<line>\d{1,9}), in (?P<func>[^\n]+)\n(?P<text>[^\n]*)', re.M)
 
 
 @lru_cache(maxsize=1)
 def _library_dirs() -> tuple[str, ...]:
     """Directories whose frames are the library's, not the user's model."""
     dirs = []
-    for name in ("torch", "transformers"):
+    for name in ("torch",):
         mod = sys.modules.get(name)
         f = getattr(mod, "__file__", None)
         if f:
