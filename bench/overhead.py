@@ -1,0 +1,281 @@
+"""What tracing costs: compile wall time per backend, against no tracer and against monkey-patching.
+
+    python bench/overhead.py [--runs N] [--model mlp|encoder|all] [--no-micro]
+
+Every case runs in a fresh process that imports torch, builds the model, then
+times only ``torch.compile(model)`` plus the first call (under ``no_grad``,
+caches defeated, the way ``prov-trace run`` does it), including starting and
+stopping the tracer. The cases are interleaved: run 1 of every case, then run 2
+of every case, and so on, each round starting at a different case, so drift in
+the machine's load spreads over all of them. Cases:
+
+    untraced      no tracer
+    monitoring    prov-trace, sys.monitoring backend (3.12+)
+    inject        prov-trace, inject backend (3.11-3.13)
+    settrace      prov-trace, settrace backend
+    patch         the same probes captured by monkey-patching (bench/patch_capture.py)
+
+Then a microbenchmark, in one process: ns per call of a function that is NOT a
+target while each backend is active (and of one that is, with a no-op dispatch),
+against no tracer.
+
+Results go to stdout (and with --json, to a file); docs/benchmarks.md holds a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = {
+    "mlp": (REPO / "examples" / "reference_mlp.py", "SimpleMLP"),
+    "encoder": (REPO / "examples" / "encoder_stack.py", "EncoderStack"),
+}
+BACKEND_CASES = ("monitoring", "inject", "settrace")
+
+
+def available_cases() -> list[str]:
+    sys.path.insert(0, str(REPO))
+    from prov_trace.tracer.backends import BACKENDS
+
+    cases = ["untraced"]
+    cases += [b for b in BACKEND_CASES if b in BACKENDS and BACKENDS[b].unavailable_reason() is None]
+    return cases + ["patch"]
+
+
+# --- one case, in its own process ------------------------------------------------------------
+
+
+def run_case(case: str, model_name: str, trace_path: str) -> dict:
+    os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    import torch  # noqa: F401  (imported before the clock starts, in every case)
+
+    from prov_trace import runner
+
+    runner.defeat_caches()
+    path, attr = MODELS[model_name]
+    module = runner.load_module(str(path))
+    model = runner.build_model(module, attr)
+    inputs, _ = runner.example_inputs(model, module, None, "float32", "cpu")
+    model.eval()
+    import gc
+
+    gc.collect()
+    trace_bytes = records = None
+    t0 = time.perf_counter()
+    if case == "untraced":
+        runner.run_model(model, inputs, train=False)
+    elif case == "patch":
+        sys.path.insert(0, str(REPO / "bench"))
+        from patch_capture import PatchCapture
+
+        from prov_trace.probes.profiles import INDUCTOR_CPU
+        from prov_trace.tracer.stream import TraceWriter
+
+        writer = TraceWriter(trace_path)
+        with PatchCapture(writer, INDUCTOR_CPU) as cap:
+            runner.run_model(model, inputs, train=False)
+        records = writer.records_written
+        if cap.missed:
+            print(f"patch capture missed: {cap.missed}", file=sys.stderr)
+    else:
+        from prov_trace.probes.profiles import INDUCTOR_CPU
+        from prov_trace.tracer.session import TraceSession
+        from prov_trace.tracer.stream import TraceWriter
+
+        writer = TraceWriter(trace_path)
+        session = TraceSession(writer, INDUCTOR_CPU, backend=case, log=lambda msg: None)
+        session.start()
+        try:
+            runner.run_model(model, inputs, train=False)
+        finally:
+            session.stop("ok")
+        records = writer.records_written
+    wall = time.perf_counter() - t0
+    if case != "untraced":
+        trace_bytes = os.path.getsize(trace_path)
+    return {"case": case, "model": model_name, "wall_s": wall, "trace_bytes": trace_bytes, "records": records}
+
+
+# --- the microbenchmark ----------------------------------------------------------------------
+
+
+def _not_a_target(x):
+    return x
+
+
+def _a_target(x):
+    return x
+
+
+def micro(calls: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """ns per call, for a non-target and for a target (no-op dispatch), per backend active."""
+    sys.path.insert(0, str(REPO))
+    from prov_trace.tracer.backends import BACKENDS, choose
+
+    def noop(code, phase, frame, retval):
+        return None
+
+    cases = ["none"] + [b for b in BACKEND_CASES if b in BACKENDS and BACKENDS[b].unavailable_reason() is None]
+    out: dict[str, dict[str, list[float]]] = {c: {"non_target": [], "target": []} for c in cases}
+    loop = range(calls)
+
+    def time_calls(fn) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in loop:
+            fn(1)
+        return (time.perf_counter_ns() - t0) / calls
+
+    for rep in range(repeats):
+        order = cases[rep % len(cases):] + cases[:rep % len(cases)]
+        for case in order:
+            backend = None
+            if case != "none":
+                backend, _ = choose(case, noop)
+                backend.watch(_a_target.__code__, frozenset(("entry", "return")), _a_target)
+            try:
+                out[case]["non_target"].append(time_calls(_not_a_target))
+                out[case]["target"].append(time_calls(_a_target) if case != "none" else time_calls(_not_a_target))
+            finally:
+                if backend is not None:
+                    backend.stop()
+    return out
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
+def compile_bench(models: list[str], runs: int, warmup: int, env: dict) -> list[dict]:
+    cases = available_cases()
+    results: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="prov-trace-bench-") as tmp:
+        for model in models:
+            print(f"\n== {model}: {runs} runs x {len(cases)} cases ({', '.join(cases)}), interleaved"
+                  + (f", after {warmup} untimed warm-up run(s)" if warmup else ""), flush=True)
+            schedule = [(-1 - w, "untraced") for w in range(warmup)]
+            for r in range(runs):
+                k = r % len(cases)
+                schedule += [(r, c) for c in cases[k:] + cases[:k]]
+            for r, case in schedule:
+                trace = os.path.join(tmp, f"{model}-{case}-{r}.msgpack")
+                cache = tempfile.mkdtemp(prefix="inductor-cache-", dir=tmp)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--case", case, "--model", model, "--trace", trace],
+                    env={**env, "TORCHINDUCTOR_CACHE_DIR": cache}, capture_output=True, text=True,
+                )
+                if proc.returncode != 0:
+                    raise SystemExit(f"case {case} ({model}) failed:\n{proc.stderr[-3000:]}")
+                res = json.loads(proc.stdout.strip().splitlines()[-1])
+                res["run"] = r
+                label = "warm-up" if r < 0 else f"run {r + 1}"
+                print(f"  {label:8} {case:11} {res['wall_s']:8.2f} s"
+                      + (f"  {res['trace_bytes']:>10,} B" if res["trace_bytes"] else ""), flush=True)
+                if os.path.exists(trace):
+                    os.unlink(trace)
+                if r >= 0:
+                    results.append(res)
+    return results
+
+
+def print_compile_table(results: list[dict]) -> None:
+    for model in dict.fromkeys(r["model"] for r in results):
+        rows = [r for r in results if r["model"] == model]
+        base = statistics.median(r["wall_s"] for r in rows if r["case"] == "untraced")
+        n = len([r for r in rows if r["case"] == "untraced"])
+        print(f"\n{model}: compile + first call, wall seconds over {n} runs")
+        print(f"  {'case':11} {'median':>8} {'min-max':>15} {'vs untraced':>12} {'trace size':>12}")
+        for case in dict.fromkeys(r["case"] for r in rows):
+            vals = [r["wall_s"] for r in rows if r["case"] == case]
+            med, lo, hi = _spread(vals)
+            sizes = [r["trace_bytes"] for r in rows if r["case"] == case and r["trace_bytes"]]
+            size = f"{int(statistics.median(sizes)):,} B" if sizes else "-"
+            ratio = f"{(med / base - 1) * 100:+.1f}%" if case != "untraced" else "-"
+            print(f"  {case:11} {med:8.2f} {lo:7.2f}-{hi:<7.2f} {ratio:>12} {size:>12}")
+
+
+def print_micro(res: dict, calls: int, repeats: int) -> None:
+    none = statistics.median(res["none"]["non_target"])
+    print(f"\nmicro: ns per call, {calls:,} calls x {repeats} interleaved repeats (median, min-max)")
+    print(f"  {'backend active':15} {'non-target':>22} {'vs none':>9} {'target, no-op probe':>24}")
+    for case, v in res.items():
+        med, lo, hi = _spread(v["non_target"])
+        tmed, tlo, thi = _spread(v["target"])
+        target = "-" if case == "none" else f"{tmed:8.1f} ({tlo:.1f}-{thi:.1f})"
+        print(f"  {case:15} {med:8.1f} ({lo:5.1f}-{hi:5.1f}) {med - none:+8.1f} {target:>24}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per case (default 5)")
+    ap.add_argument("--model", choices=("mlp", "encoder", "all"), default="mlp")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed untraced runs first, per model (default 1)")
+    ap.add_argument("--compile-threads", default="1",
+                    help="TORCHINDUCTOR_COMPILE_THREADS for every case (default 1: no compile worker pool, less noise)")
+    ap.add_argument("--no-micro", action="store_true", help="skip the per-call microbenchmark")
+    ap.add_argument("--micro-only", action="store_true", help="run only the microbenchmark")
+    ap.add_argument("--micro-calls", type=int, default=200_000)
+    ap.add_argument("--micro-repeats", type=int, default=9)
+    ap.add_argument("--json", metavar="FILE", help="also write the raw results here")
+    # internal: one case in a child process
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    ap.add_argument("--trace", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.case:
+        print(json.dumps(run_case(args.case, args.model, args.trace)))
+        return
+
+    import platform
+
+    print(f"python {platform.python_version()} ({sys.executable}); {os.cpu_count()} CPUs: {_cpu_model()}")
+    try:
+        import importlib.metadata as md
+
+        print(f"torch {md.version('torch')}; cases here: {', '.join(available_cases())}; "
+              f"TORCHINDUCTOR_COMPILE_THREADS={args.compile_threads}")
+    except Exception:  # noqa: BLE001
+        pass
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(args.compile_threads), "PYTHONUNBUFFERED": "1"}
+    out: dict = {"python": platform.python_version(), "cpu": _cpu_model(), "nproc": os.cpu_count()}
+    if not args.micro_only:
+        models = ["mlp", "encoder"] if args.model == "all" else [args.model]
+        started = time.time()
+        results = compile_bench(models, args.runs, args.warmup, env)
+        print_compile_table(results)
+        print(f"\n(compile benchmark took {time.time() - started:.0f} s)")
+        out["compile"] = results
+    if not args.no_micro:
+        res = micro(args.micro_calls, args.micro_repeats)
+        print_micro(res, args.micro_calls, args.micro_repeats)
+        out["micro"] = res
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
