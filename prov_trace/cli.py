@@ -84,6 +84,32 @@ def build_report(trace_path: str) -> dict[str, Any]:
 
     return build(read_trace(trace_path))
 
+FORMATS = ("auto", "md", "html", "json")
+_FORMAT_HELP = "Report format: md, html (one self-contained file), json. `auto` takes it from the output's suffix (.html, .json), else md."
+
+
+def output_format(path: str | None, fmt: str) -> str:
+    """The format to write: the one asked for, else the one the output path's suffix names, else Markdown."""
+    if fmt != "auto":
+        return fmt
+    suffix = os.path.splitext(path or "")[1].lower()
+    return {".html": "html", ".htm": "html", ".json": "json"}.get(suffix, "md")
+
+
+def render_report(model: dict[str, Any], fmt: str) -> str:
+    if fmt == "html":
+        from prov_trace.report import html
+
+        return html.render(model)
+    if fmt == "json":
+        from prov_trace.report import jsonout
+
+        return jsonout.render(model)
+    from prov_trace.report import markdown
+
+    return markdown.render(model)
+
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EXIT_HELP)
 @click.version_option(__version__, prog_name="prov-trace")
@@ -130,7 +156,8 @@ class _RunCommand(click.Command):
 @click.option("-o", "--output", default=DEFAULT_TRACE, show_default=True, metavar="TRACE",
               help="Where to write the trace stream (msgpack).")
 @click.option("--report", "report_path", default=DEFAULT_REPORT, show_default=True, metavar="FILE",
-              help="Where to write the Markdown report.")
+              help="Where to write the report (with --format html or json the default suffix follows the format).")
+@click.option("--format", "report_format", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
 @click.option("--no-report", is_flag=True, help="Write only the trace; build the report later with `prov-trace report`.")
 @click.option("--profile", default="auto", show_default=True,
               help="Which pipeline's hooks to watch: auto, inductor-cpu, inductor-triton.")
@@ -147,7 +174,7 @@ class _RunCommand(click.Command):
               help="Leave Inductor's caches on. By default they are defeated: a cache hit skips lowering and "
                    "codegen, and stages after post-grad would never fire.")
 def run(target: str | None, args: tuple[str, ...], module_name: str | None, output: str, report_path: str,
-        no_report: bool, profile: str, backend: str, input_shape: str | None, dtype: str, device: str,
+        report_format: str, no_report: bool, profile: str, backend: str, input_shape: str | None, dtype: str, device: str,
         eval_mode: bool, keep_caches: bool) -> None:
     """Trace one compile: a model target, a script, or a module.
 
@@ -187,6 +214,9 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
         raise _fail(f"'{target}' is neither a model target (file.py:Class or module:Class) nor a Python script")
 
     _check_writable(output, "trace")
+    if report_path == DEFAULT_REPORT and report_format in ("html", "json"):
+        report_path = os.path.splitext(DEFAULT_REPORT)[0] + "." + report_format
+    report_format = output_format(report_path, report_format)
     if not no_report:
         _check_writable(report_path, "report")
         if _same_file(report_path, output):
@@ -263,12 +293,12 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
         _say(f"warning: {writer.failure}; the trace holds what was written before that")
     _say(f"trace written to {output} ({writer.records_written} records, {writer.bytes_written} bytes)")
     if not no_report:
-        _finish_report(output, report_path)
+        _finish_report(output, report_path, report_format)
     sys.stdout.flush()
     raise click.exceptions.Exit(exit_code)
 
 
-def _finish_report(trace_path: str, report_path: str) -> None:
+def _finish_report(trace_path: str, report_path: str, fmt: str = "md") -> None:
     from prov_trace.report import markdown
     from prov_trace.report.reader import TraceReadError
 
@@ -278,7 +308,7 @@ def _finish_report(trace_path: str, report_path: str) -> None:
         _say(f"no report: {exc}")
         return
     try:
-        write_atomic(report_path, markdown.render(model))
+        write_atomic(report_path, render_report(model, fmt))
     except OSError as exc:
         _say(f"could not write the report to {report_path}: {exc.strerror or exc}")
     else:
@@ -289,16 +319,26 @@ def _finish_report(trace_path: str, report_path: str) -> None:
 @cli.command(epilog=_EXIT_HELP)
 @click.argument("trace", metavar="TRACE")
 @click.option("-o", "--output", default=DEFAULT_REPORT, show_default=True, metavar="FILE",
-              help="Where to write the report; `-` writes to stdout.")
-def report(trace: str, output: str) -> None:
+              help="Where to write the report; `-` writes to stdout. A .html or .json suffix sets the format.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
+def report(trace: str, output: str, fmt: str) -> None:
     """Rebuild the report from a trace stream, without importing torch.
+
+    \b
+    Formats (docs/report.md):
+      md    Markdown: tables and a Mermaid lineage chart that GitHub renders
+      html  one self-contained file (no network): a coloured matrix whose
+            cells list their objects, a drawn lineage graph, clickable lines
+      json  the report model, shaped as docs/report.schema.json says
 
     A trace cut short (a crash, a kill) is read up to its last whole record,
     and the report opens with a banner saying it is partial.
     """
-    from prov_trace.report import markdown
     from prov_trace.report.reader import TraceReadError
 
+    if output == DEFAULT_REPORT and fmt in ("html", "json"):
+        output = os.path.splitext(DEFAULT_REPORT)[0] + "." + fmt
+    fmt = output_format(output, fmt)
     if output != "-":
         _check_writable(output, "report")
         if os.path.exists(trace) and _same_file(output, trace):
@@ -307,14 +347,130 @@ def report(trace: str, output: str) -> None:
         model = build_report(trace)
     except TraceReadError as exc:
         raise _fail(str(exc)) from None
-    text = markdown.render(model)
+    text = render_report(model, fmt)
     if output == "-":
         click.echo(text, nl=False)
     else:
-        write_atomic(output, text)
+        _write_output(output, text, "report")
         _say(f"report written to {output}")
     if model["trace"]["problem"]:
         _say(f"the trace is partial: {model['trace']['problem']}")
+
+
+_DIFF_EXIT_HELP = """\b
+Exit status:
+  0    compared (with --fail-on-regression: and no field's population dropped)
+  1    --fail-on-regression: a field's population dropped at some stage
+  2    bad input: usage error, a file that is not a trace, an unwritable output
+"""
+
+
+@cli.command(epilog=_DIFF_EXIT_HELP)
+@click.argument("trace_a", metavar="A")
+@click.argument("trace_b", metavar="B")
+@click.option("-o", "--output", default="-", show_default=True, metavar="FILE",
+              help="Where to write the diff; `-` prints it. A .html, .json or .md suffix sets the format.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+              help="md, html or json; `auto` takes it from the output's suffix, else md.")
+@click.option("--fail-on-regression", is_flag=True,
+              help="Exit 1 when any field's population dropped at any stage from A to B.")
+def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: bool) -> None:
+    """Compare two traces A (before) and B (after).
+
+    \b
+    For each graph (matched by compile id and kind) it lists:
+      - per stage and field, population changes (✅ 3/3 → ◐ 1/3), marked
+        dropped or rose;
+      - objects (FX nodes, IR ops, kernels) added or removed at each stage,
+        and lineage edges added or removed;
+      - source lines whose provenance now ends at an earlier (or later) stage.
+    A field's population dropped when B populates a smaller fraction of a
+    stage's objects than A did, or B did not measure that stage at all.
+    """
+    from prov_trace.report import diff as _diff
+    from prov_trace.report.reader import TraceReadError
+
+    fmt = output_format(output, fmt)
+    if output != "-":
+        _check_writable(output, "diff")
+        for t in (trace_a, trace_b):
+            if os.path.exists(t) and _same_file(output, t):
+                raise _fail(f"the diff would overwrite the trace it reads ({t}): give another -o path")
+    try:
+        a = build_report(trace_a)
+        b = build_report(trace_b)
+    except TraceReadError as exc:
+        raise _fail(str(exc)) from None
+    d = _diff.diff(a, b)
+    text = {"md": _diff.render_markdown, "html": _diff.render_html, "json": _diff.render_json}[fmt](d)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        _write_output(output, text, "diff")
+        _say(f"diff written to {output}")
+    for which, m in (("A", a), ("B", b)):
+        if m["trace"]["problem"]:
+            _say(f"trace {which} is partial: {m['trace']['problem']}")
+    if fail_on_regression and d["regressions"]:
+        _say(f"{len(d['regressions'])} field population drop(s): " + "; ".join(
+            f"{r['field']} at {r['stage']} in graph {r['graph']}" for r in d["regressions"][:5]))
+        raise click.exceptions.Exit(1)
+    raise click.exceptions.Exit(EXIT_OK)
+
+
+_CHECK_EXIT_HELP = """\b
+Exit status:
+  0    every rule holds
+  1    some rule fails (each failure is listed)
+  2    bad input: a rule that cannot be read or names no stage or field,
+       a file that is not a trace
+"""
+
+
+@cli.command(epilog=_CHECK_EXIT_HELP)
+@click.argument("trace", metavar="TRACE")
+@click.option("--require", "rules", multiple=True, required=True, metavar="RULE",
+              help="A rule STAGE:FIELD=LEVEL or STAGE:FIELD>=FRACTION (repeatable), e.g. kernel_spec:origins=all, "
+                   "post_grad:stack_trace>=0.5, '*:stack_trace>=50%'.")
+@click.option("--graph", "graphs", multiple=True, metavar="LABEL",
+              help="Check only this graph, e.g. '0/0 inference' (repeatable). Default: every graph.")
+def check(trace: str, rules: tuple[str, ...], graphs: tuple[str, ...]) -> None:
+    """Gate CI on provenance: check rules over a trace's Stage × Field matrix.
+
+    \b
+    RULE := STAGE ":" FIELD OP LEVEL          (grammar: docs/check.md)
+      STAGE  source, pre_grad, post_grad, ir_pre, ir_post, kernel_spec,
+             artifact, a user probe's stage, or * (each stage measuring FIELD)
+      FIELD  a field of the matrix: stack_trace, nn_module_stack, origins, ...
+      OP     = (== too) with LEVEL all | any | none
+             = == >= > <= < with a fraction 0..1 or a percentage (50%)
+    A rule holds when it holds in every graph. A stage that did not fire fails.
+
+    \b
+    Examples:
+      prov-trace check t.msgpack --require kernel_spec:origins=all
+      prov-trace check t.msgpack --require post_grad:stack_trace>=0.5 --require ir_post:traceback=any
+    """
+    from prov_trace.report import check as _check
+    from prov_trace.report.reader import TraceReadError
+
+    try:
+        parsed = [_check.parse_rule(r) for r in rules]
+    except _check.RuleError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        model = build_report(trace)
+    except TraceReadError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        results = _check.check(model, parsed, list(graphs) or None)
+    except _check.RuleError as exc:
+        raise _fail(str(exc)) from None
+    click.echo(_check.render(results, model["stage_titles"]), nl=False)
+    if model["trace"]["problem"]:
+        _say(f"the trace is partial: {model['trace']['problem']}")
+    raise click.exceptions.Exit(EXIT_OK if all(r["holds"] for r in results) else 1)
+
 
 
 def main() -> None:

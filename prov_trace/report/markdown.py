@@ -131,6 +131,8 @@ def render(model: dict[str, Any], max_rows: int = 400) -> str:
         out += _table(["Line", "Source"] + [esc(titles[st]) for st in order if st != schema.SOURCE]
                       + ["Last attached", "First lost", "Lost by"], rows) + [""]
 
+    out += _lineage_section(model)
+
     out += ["## Per-stage detail", ""]
     for g in model["graphs"]:
         out += [f"### Graph {esc(g['label'])}", ""]
@@ -161,6 +163,79 @@ def render(model: dict[str, Any], max_rows: int = 400) -> str:
             [esc(e["stage"]), code(e["target"]), esc(e["phase"]), esc(f"{e['type']}: {e['message']}")] for e in model["errors"][:100]
         ])
     return "\n".join(out) + "\n"
+
+
+#: Mermaid renders slowly past a few hundred nodes; the full lineage is in `--format json` and `--format html`.
+MERMAID_MAX_NODES = 300
+
+
+def mermaid_label(text: Any) -> str:
+    """A Mermaid node label, quoted: entity codes for every character Mermaid or HTML would read."""
+    s = clean(text).replace("\n", " ")
+    s = s.replace("#", "#35;")  # first: the codes below start with '#'
+    for ch, code_ in (('"', "#quot;"), ("<", "#lt;"), (">", "#gt;"), ("&", "#amp;"), ("`", "#96;")):
+        s = s.replace(ch, code_)
+    return f'"{s}"'
+
+
+def mermaid(lineage: dict[str, Any], titles: dict[str, str], max_nodes: int = MERMAID_MAX_NODES) -> list[str]:
+    """The lineage as a Mermaid `flowchart LR`, one subgraph per stage."""
+    nodes = lineage["nodes"][:max_nodes]
+    ids = {n["id"]: f"n{i}" for i, n in enumerate(nodes)}
+    out = ["```mermaid", "flowchart LR"]
+    for si, st in enumerate(lineage["stages"]):
+        members = [n for n in nodes if n["stage"] == st]
+        if not members:
+            continue
+        out.append(f"  subgraph s{si}[{mermaid_label(titles.get(st, st))}]")
+        for n in members:
+            label = n["label"] + (" (inherited)" if n.get("inherited") else "")
+            out.append(f"    {ids[n['id']]}[{mermaid_label(label)}]")
+        out.append("  end")
+    for e in lineage["edges"]:
+        a, b = ids.get(e["from"]), ids.get(e["to"])
+        if a and b:
+            arrow = "-.->" if e["via"] in ("inherited", "source") else "-->"
+            out.append(f"  {a} {arrow}|{e['via']}| {b}")
+    out.append("```")
+    return out
+
+
+def _lineage_section(model: dict[str, Any]) -> list[str]:
+    titles = model["stage_titles"]
+    out = ["## Lineage", "",
+           "Each object linked to the objects it came from, by the fields the trace recorded: a source line → the "
+           "FX nodes that carry it; `from_node` (pre-grad → post-grad); `origins` (post-grad → LoopLevelIR); the same "
+           "buffer across the passes; kernel membership (IR op → kernel); the same kernel in the emitted file. "
+           "An object with no source and no link of its own is linked to its source-bearing producers by its inputs "
+           "(dotted, `inherited`). FX placeholders and outputs are not drawn.", ""]
+    for g in model["graphs"]:
+        lin = g.get("lineage")
+        if not lin:
+            continue
+        out += [f"### Graph {esc(g['label'])}", ""]
+        if not lin["nodes"]:
+            out += ["∅ nothing to draw.", ""]
+            continue
+        out += mermaid(lin, titles) + [""]
+        if len(lin["nodes"]) > MERMAID_MAX_NODES:
+            out += [f"Only the first {MERMAID_MAX_NODES} of {len(lin['nodes'])} nodes are drawn; "
+                    "all are in `--format json` and `--format html`.", ""]
+        name = {n["id"]: n for n in lin["nodes"]}
+
+        def nm(nid: str) -> str:
+            n = name[nid]
+            return f"{code(n['name'])} ({esc(titles.get(n['stage'], n['stage']))})"
+
+        rows = [["decomposition", nm(d["from"]), ", ".join(nm(t) for t in d["to"])] for d in lin["decompositions"]]
+        rows += [["fusion", ", ".join(nm(f) for f in d["from"]), nm(d["to"])] for d in lin["fusions"]]
+        rows += [["inherited", ", ".join(nm(f) for f in n["inherits_from"]), nm(n["id"])]
+                 for n in lin["nodes"] if n.get("inherited")]
+        if rows:
+            out += _table(["Change", "From", "To"], rows) + [""]
+        else:
+            out += ["No decomposition, fusion or inherited link: every object maps one to one.", ""]
+    return out
 
 
 def _ended(tr: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from prov_trace import schema
 from prov_trace.report.reader import Trace
+from prov_trace.report import lineage as _lineage
 
 S = schema
 
@@ -398,8 +399,9 @@ def build(trace: Trace) -> dict[str, Any]:
             "label": f"{cid if cid is not None else '?'} {kind or ''}".strip(),
             "stages": stages,
             "matrix": _matrix(stages, stage_order),
-            "survival": _survival(stages, stage_order),
+            "survival": (survival := _survival(stages, stage_order)),
             "mappings": _mappings(stages),
+            "lineage": _lineage.build(stages, survival),
         })
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),

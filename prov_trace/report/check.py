@@ -1,0 +1,150 @@
+"""`prov-trace check`: rules over the Stage × Field matrix, for a CI gate.
+
+Grammar (docs/check.md)::
+
+    RULE  := STAGE ":" FIELD OP LEVEL
+    STAGE := a stage name (source, pre_grad, post_grad, ir_pre, ir_post, kernel_spec,
+             artifact, or a user probe's stage) | "*" (every stage that measures FIELD)
+    FIELD := a matrix field name: stack_trace, origins, debug_handle, file:line, ...
+    OP    := "=" | "==" | ">=" | ">" | "<=" | "<"
+    LEVEL := "all" | "any" | "none"     (with "=" only)
+           | a fraction 0..1 ("0.5") or a percentage ("50%")
+
+``=all``: every object the stage produced has the field populated; ``=any``: at
+least one has; ``=none``: none has. A number compares the populated fraction
+n/N. A rule is evaluated in every graph of the trace and holds only when it
+holds in each. A stage that did not fire fails every rule; a stage that fired
+with no objects satisfies only ``=none``, ``<`` and ``<=``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+LEVEL_WORDS = ("all", "any", "none")
+OPS = (">=", "<=", "==", "=", ">", "<")
+
+_RULE = re.compile(r"^\s*(?P<stage>[^:\s]+)\s*:\s*(?P<field>.+?)\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
+
+
+class RuleError(Exception):
+    """A rule that cannot be parsed or names nothing in the trace; the message is one sentence."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    text: str
+    stage: str
+    field: str
+    op: str
+    word: str | None = None
+    value: float | None = None
+
+    def holds(self, n: int, total: int) -> bool:
+        if total == 0:
+            return self.word == "none" or (self.value is not None and self.op in ("<", "<="))
+        if self.word == "all":
+            return n == total
+        if self.word == "any":
+            return n > 0
+        if self.word == "none":
+            return n == 0
+        f = n / total
+        v = self.value
+        assert v is not None
+        return {"=": f == v, "==": f == v, ">=": f >= v, ">": f > v, "<=": f <= v, "<": f < v}[self.op]
+
+
+def parse_rule(text: str) -> Rule:
+    m = _RULE.match(text or "")
+    if not m:
+        raise RuleError(f"cannot read the rule {text!r}: write STAGE:FIELD=LEVEL, e.g. kernel_spec:origins=all "
+                        "or post_grad:stack_trace>=0.5 (see docs/check.md)")
+    stage, field, op, level = m.group("stage"), m.group("field"), m.group("op"), m.group("level")
+    if level.lower() in LEVEL_WORDS:
+        if op not in ("=", "=="):
+            raise RuleError(f"in the rule {text!r}, '{level}' takes '=' only: write {stage}:{field}={level}")
+        return Rule(text, stage, field, op, word=level.lower())
+    try:
+        value = float(level[:-1]) / 100 if level.endswith("%") else float(level)
+    except ValueError:
+        raise RuleError(f"in the rule {text!r}, the level {level!r} is not all, any, none, a fraction or a percentage") from None
+    if not 0 <= value <= 1:
+        raise RuleError(f"in the rule {text!r}, the level {level} is outside 0..1: write a fraction (0.5) or a percentage (50%)")
+    return Rule(text, stage, field, op, value=value)
+
+
+def _resolve(rule: Rule, model: dict[str, Any]) -> list[str]:
+    """The stages a rule applies to; RuleError when it names a stage or field the report does not have."""
+    fields = {}
+    for g in model["graphs"]:
+        for r in g["matrix"]:
+            fields.setdefault(r["field"], set()).update(st for st, c in r["cells"].items() if c["state"] != "na")
+    if not fields:
+        from prov_trace.report.model import FIELDS
+
+        fields = {f: set(where) for _, f, where in FIELDS}
+    if rule.field not in fields:
+        raise RuleError(f"in the rule {rule.text!r}, there is no field {rule.field!r}: the fields are {', '.join(sorted(fields))}")
+    measured = [st for st in model["stage_order"] if st in fields[rule.field]]
+    if rule.stage == "*":
+        return measured
+    if rule.stage not in model["stage_order"]:
+        raise RuleError(f"in the rule {rule.text!r}, there is no stage {rule.stage!r}: the stages are {', '.join(model['stage_order'])}")
+    if rule.stage not in fields[rule.field]:
+        raise RuleError(f"in the rule {rule.text!r}, {rule.field} is not measured at {rule.stage}: it is measured at "
+                        f"{', '.join(measured) or 'no stage'}")
+    return [rule.stage]
+
+
+def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = None) -> list[dict[str, Any]]:
+    """One result per rule: holds, and the (graph, stage) cells that fail it."""
+    chosen = [g for g in model["graphs"] if not graphs or g["label"] in graphs]
+    if graphs:
+        missing = [lbl for lbl in graphs if lbl not in {g["label"] for g in model["graphs"]}]
+        if missing:
+            raise RuleError(f"there is no graph {missing[0]!r} in the trace: the graphs are "
+                            f"{', '.join(g['label'] for g in model['graphs']) or 'none'}")
+    results = []
+    for rule in rules:
+        stages = _resolve(rule, model)
+        failures, checked = [], []
+        for g in chosen:
+            row = next((r for r in g["matrix"] if r["field"] == rule.field), None)
+            for st in stages:
+                c = (row or {}).get("cells", {}).get(st) or {"state": "unobserved", "n": 0, "total": 0}
+                item = {"graph": g["label"], "stage": st, "state": c["state"], "n": c["n"], "total": c["total"]}
+                checked.append(item)
+                if c["state"] == "unobserved":
+                    failures.append({**item, "why": "the stage did not fire: nothing was measured"})
+                elif not rule.holds(c["n"], c["total"]):
+                    failures.append({**item, "why": _why(rule, c)})
+        if not chosen:
+            failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
+                             "why": "the trace holds no graph: nothing was compiled"})
+        results.append({"rule": rule.text, "holds": not failures, "checked": checked, "failures": failures})
+    return results
+
+
+def _why(rule: Rule, c: dict[str, Any]) -> str:
+    if c["total"] == 0:
+        return "the stage produced no objects"
+    return f"{c['n']}/{c['total']} populated ({c['n'] / c['total']:.0%})"
+
+
+def render(results: list[dict[str, Any]], titles: dict[str, str]) -> str:
+    out = []
+    for r in results:
+        cells = len(r["checked"])
+        if r["holds"]:
+            out.append(f"ok    {r['rule']}  ({cells} cell{'s' if cells != 1 else ''})")
+        else:
+            out.append(f"FAIL  {r['rule']}")
+            for f in r["failures"]:
+                where = f"graph {f['graph']}, {titles.get(f['stage'], f['stage'])}" if f["graph"] else "trace"
+                out.append(f"        {where}: {f['why']}")
+    failed = sum(1 for r in results if not r["holds"])
+    out.append(f"{len(results) - failed} of {len(results)} rules hold" + (f"; {failed} failed" if failed else ""))
+    return "\n".join(out) + "\n"

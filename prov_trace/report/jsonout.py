@@ -1,0 +1,43 @@
+"""JSON renderer: the report model as it is, with a format name and version.
+
+The shape is described by docs/report.schema.json. Strings are made valid
+Unicode (a stray surrogate from undecodable trace bytes becomes U+FFFD), and
+anything that is not JSON (a tuple, bytes, a non-finite float) becomes its
+nearest JSON value, so any JSON reader can load the output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+FORMAT = "prov-trace-report"
+VERSION = 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def plain(obj: Any) -> Any:
+    """The JSON value nearest to obj."""
+    if obj is None or isinstance(obj, bool) or isinstance(obj, int):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, dict):
+        return {str(plain(k)) if not isinstance(k, str) else plain(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain(v) for v in obj]
+    if isinstance(obj, (bytes, bytearray)):
+        return obj.decode("utf-8", "replace")
+    return str(obj)
+
+
+def to_data(model: dict[str, Any], kind: str = "report") -> dict[str, Any]:
+    return {"format": FORMAT if kind == "report" else f"prov-trace-{kind}", "version": VERSION, **plain(model)}
+
+
+def render(model: dict[str, Any], kind: str = "report") -> str:
+    return json.dumps(to_data(model, kind), ensure_ascii=False, indent=1) + "\n"

@@ -1,0 +1,249 @@
+"""Lineage: how each object of one stage descends from the objects of the stage before it.
+
+Pure: the report model's per-stage objects in, nodes and edges out. Every edge
+comes from a field the trace recorded, never from a name that merely looks alike:
+
+=================  ==============================  =============================================
+to stage           edge ``via``                    read from
+=================  ==============================  =============================================
+FX pre-grad        ``source``                      the node's own source line (its stack trace)
+FX post-grad       ``from_node``                   the node's ``from_node`` chain (name *and* graph id)
+LoopLevelIR pre    ``origins``                     the op's ``origins`` / ``origin_node``
+LoopLevelIR post   ``name``                        the same buffer name before the passes, else ``origins``
+Kernel spec        ``member``                      the IR ops the kernel holds
+Artifact           ``name``                        the same kernel in the emitted file
+(any)              ``source``                      a source line, when the object carries one but
+                                                   has no link from the stage before it
+(any)              ``inherited``                   an object with no source and no link of its own:
+                                                   its nearest source-bearing producers, by inputs/reads
+=================  ==============================  =============================================
+
+A node with several successors in the next stage is a decomposition (``linear``
+→ ``permute`` + ``addmm``); a node with several predecessors is a fan-in, a fusion
+when the node is a kernel. FX placeholders and outputs are graph boundaries, not
+ops, and are left out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from prov_trace import schema as S
+
+#: The stages lineage is drawn across, in order. A user probe's own stage has no linking rule and is left out.
+STAGES = (S.SOURCE, S.PRE_GRAD, S.POST_GRAD, S.IR_PRE, S.IR_POST, S.KERNEL_SPEC, S.ARTIFACT)
+
+_BOUNDARY = ("placeholder", "output")
+
+
+def node_id(stage: str, name: Any) -> str:
+    return f"{stage}:{name}"
+
+
+def _src_keys(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
+    return [(s.get("file"), s.get("line")) for s in obj.get("sources") or []]
+
+
+def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> dict[str, Any]:
+    """Nodes and edges for one graph, from the model's stages and survival rows."""
+    nodes: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
+    edges: list[dict[str, Any]] = []
+    seen_edges: set[tuple[str, str]] = set()
+    # Objects of each stage, by the key later stages use to name them.
+    by_stage: dict[str, dict[Any, str]] = {st: {} for st in STAGES}
+
+    def add_node(stage: str, name: Any, obj: dict[str, Any] | None, label: str | None = None, **extra: Any) -> str:
+        nid = node_id(stage, name)
+        base, i = nid, 2
+        while nid in nodes:
+            nid = f"{base} ({i})"
+            i += 1
+        nodes[nid] = {
+            "id": nid, "stage": stage, "name": str(name), "kind": (obj or {}).get("kind"),
+            "label": label if label is not None else str(name),
+            "sources": [{"file": f, "line": ln} for f, ln in _src_keys(obj or {})],
+            "inherited": False, "inherits_from": [], **extra,
+        }
+        return nid
+
+    def add_edge(a: str | None, b: str | None, via: str) -> None:
+        if a is None or b is None or a == b or (a, b) in seen_edges:
+            return
+        seen_edges.add((a, b))
+        edges.append({"from": a, "to": b, "via": via})
+
+    def observed(st: str) -> bool:
+        return bool((stages.get(st) or {}).get("observed"))
+
+    def objects(st: str) -> list[dict[str, Any]]:
+        return (stages.get(st) or {}).get("objects", []) if observed(st) else []
+
+    # Source lines: the survival rows are the model's lines (they fall back to FX lines when the source stage is missing).
+    src_ids: dict[tuple[Any, Any], str] = {}
+    for row in survival:
+        key = (row.get("file"), row.get("line"))
+        nid = add_node(S.SOURCE, f"{row.get('file')}:{row.get('line')}",
+                       {"kind": "line", "sources": [{"file": row.get("file"), "line": row.get("line")}]},
+                       label=f"{_basename(row.get('file'))}:{row.get('line')} {row.get('text') or ''}".strip(),
+                       text=row.get("text"))
+        src_ids[key] = nid
+        by_stage[S.SOURCE][key] = nid
+
+    def link_sources(obj: dict[str, Any], nid: str) -> None:
+        for key in _src_keys(obj):
+            add_edge(src_ids.get(key), nid, "source")
+
+    # FX pre-grad: from the source line each node carries.
+    pre_keys: dict[tuple[Any, Any], str] = {}
+    pre_objs = [o for o in objects(S.PRE_GRAD) if o.get("kind") not in _BOUNDARY]
+    for o in pre_objs:
+        nid = add_node(S.PRE_GRAD, o["name"], o, target=o.get("target"))
+        pre_keys[(o.get("graph_id"), o["name"])] = nid
+        by_stage[S.PRE_GRAD][o["name"]] = nid
+    for o in pre_objs:
+        link_sources(o, pre_keys[(o.get("graph_id"), o["name"])])
+
+    # FX post-grad: from_node names a pre-grad node by name and graph id.
+    post_objs = [o for o in objects(S.POST_GRAD) if o.get("kind") not in _BOUNDARY]
+    post_ids: dict[Any, str] = {}
+    for o in post_objs:
+        nid = add_node(S.POST_GRAD, o["name"], o, target=o.get("target"))
+        post_ids.setdefault(o["name"], nid)
+        by_stage[S.POST_GRAD][o["name"]] = nid
+        linked = False
+        for root in o.get("from_node") or []:
+            pid = pre_keys.get((root.get("graph_id"), root.get("name")))
+            if pid:
+                add_edge(pid, nid, "from_node")
+                linked = True
+        if not linked:
+            link_sources(o, nid)
+
+    # LoopLevelIR before the passes: origins name post-grad nodes.
+    def link_origins(o: dict[str, Any], nid: str) -> bool:
+        names = list(o.get("origins") or [])
+        if o.get("origin_node") and o["origin_node"] not in names:
+            names.append(o["origin_node"])
+        linked = False
+        for n in names:
+            if n in post_ids:
+                add_edge(post_ids[n], nid, "origins")
+                linked = True
+        return linked
+
+    ir_pre_ids: dict[Any, str] = {}
+    for o in objects(S.IR_PRE):
+        nid = add_node(S.IR_PRE, o["name"], o)
+        ir_pre_ids.setdefault(o["name"], nid)
+        if not link_origins(o, nid):
+            link_sources(o, nid)
+
+    # LoopLevelIR after the passes: the same buffer, else (a buffer a pass made) its origins.
+    ir_post_ids: dict[Any, str] = {}
+    for o in objects(S.IR_POST):
+        nid = add_node(S.IR_POST, o["name"], o)
+        ir_post_ids.setdefault(o["name"], nid)
+        if o["name"] in ir_pre_ids:
+            add_edge(ir_pre_ids[o["name"]], nid, "name")
+        elif not link_origins(o, nid):
+            link_sources(o, nid)
+
+    # Kernel spec: the IR ops each kernel holds, at the last IR stage observed.
+    ir_last = ir_post_ids if observed(S.IR_POST) else ir_pre_ids
+    kernel_ids: dict[Any, str] = {}
+    for k in objects(S.KERNEL_SPEC):
+        nid = add_node(S.KERNEL_SPEC, k["name"], k, kernel=k.get("kernel"))
+        kernel_ids.setdefault(k["name"], nid)
+        linked = False
+        for op in k.get("ops") or []:
+            if op in ir_last:
+                add_edge(ir_last[op], nid, "member")
+                linked = True
+        if not linked:
+            link_sources(k, nid)
+
+    # Artifact: the same kernel (same name, numbered the same way) in the emitted file.
+    for a in objects(S.ARTIFACT):
+        nid = add_node(S.ARTIFACT, a["name"], a, kernel=a.get("kernel"))
+        if a["name"] in kernel_ids:
+            add_edge(kernel_ids[a["name"]], nid, "name")
+
+    _inherit(nodes, edges, add_edge, stages, objects)
+    return _summarise(nodes, edges)
+
+
+def _inherit(nodes, edges, add_edge, stages, objects) -> None:
+    """An op with no source and no link of its own inherits from its nearest source-bearing producers."""
+    incoming = {e["to"] for e in edges}
+    for st, inputs_key in ((S.PRE_GRAD, "inputs"), (S.POST_GRAD, "inputs"), (S.IR_PRE, "reads"), (S.IR_POST, "reads")):
+        objs = {o["name"]: o for o in objects(st) if o.get("kind") not in _BOUNDARY}
+        for name, o in objs.items():
+            nid = node_id(st, name)
+            if nid not in nodes or nid in incoming or o.get("sources"):
+                continue
+            producers: list[str] = []
+            seen = {name}
+            stack = [i for i in (o.get(inputs_key) or []) if i != name]
+            while stack:
+                p = stack.pop(0)
+                if p in seen or p not in objs:
+                    continue
+                seen.add(p)
+                po = objs[p]
+                pid = node_id(st, p)
+                if po.get("sources") or (pid in incoming):
+                    producers.append(pid)
+                else:
+                    stack.extend(po.get(inputs_key) or [])
+            for pid in producers:
+                if pid in nodes:
+                    add_edge(pid, nid, "inherited")
+            if producers:
+                nodes[nid]["inherited"] = True
+                nodes[nid]["inherits_from"] = [p for p in producers if p in nodes]
+
+
+def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fan-out (decompositions) and fan-in (fusions) across stages, by the edges between consecutive objects."""
+    succ: dict[str, list[str]] = {}
+    pred: dict[str, list[str]] = {}
+    for e in edges:
+        if e["via"] in ("source", "inherited"):
+            continue  # a line is not an op; an inherited link is not a lowering
+        if nodes[e["from"]]["stage"] == nodes[e["to"]]["stage"]:
+            continue
+        succ.setdefault(e["from"], []).append(e["to"])
+        pred.setdefault(e["to"], []).append(e["from"])
+    for nid, n in nodes.items():
+        n["fan_out"] = len(succ.get(nid, []))
+        n["fan_in"] = len(pred.get(nid, []))
+    decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in succ.items() if len(b) > 1]
+    fusions = [{"to": b, "from": a, "stage": nodes[b]["stage"]} for b, a in pred.items() if len(a) > 1]
+    return {
+        "stages": [st for st in STAGES if any(n["stage"] == st for n in nodes.values())],
+        "nodes": list(nodes.values()),
+        "edges": edges,
+        "decompositions": decompositions,
+        "fusions": fusions,
+    }
+
+
+def reach(lineage: dict[str, Any], start: str) -> list[str]:
+    """Every node a node flows into, itself first, in breadth-first order."""
+    succ: dict[str, list[str]] = {}
+    for e in lineage["edges"]:
+        succ.setdefault(e["from"], []).append(e["to"])
+    out, seen, queue = [], {start}, [start]
+    while queue:
+        n = queue.pop(0)
+        out.append(n)
+        for m in succ.get(n, []):
+            if m not in seen:
+                seen.add(m)
+                queue.append(m)
+    return out
+
+
+def _basename(path: Any) -> str:
+    return str(path or "").replace("\\", "/").rsplit("/", 1)[-1]

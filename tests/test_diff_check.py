@@ -1,0 +1,198 @@
+"""`prov-trace diff` and `prov-trace check` on real traces.
+
+The two traces that differ are the reference MLP compiled with Inductor's
+`debug_ir_traceback` off (the shared `mlp_run`) and on (`traceback_run`), which
+turns the LoopLevelIR `traceback` field from empty to populated.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from conftest import EXAMPLES, REPO, Run, cli
+from prov_trace.report import check as chk
+from prov_trace.report import diff as dif
+
+SCRIPT = """\
+import sys
+
+import torch
+import torch._inductor.config as inductor_config
+
+sys.path.insert(0, sys.argv[1])
+from reference_mlp import SimpleMLP
+
+inductor_config.debug_ir_traceback = True
+torch.manual_seed(0)
+model = SimpleMLP()
+with torch.no_grad():
+    torch.compile(model)(torch.randn(2, 128))
+"""
+
+
+@pytest.fixture(scope="session")
+def traceback_run(tmp_path_factory) -> Run:
+    """The reference MLP compiled by a script with torch._inductor.config.debug_ir_traceback = True."""
+    d = tmp_path_factory.mktemp("mlp_traceback")
+    (d / "compile_mlp.py").write_text(SCRIPT)
+    # prov-trace's own options go before the script; what follows it is the script's argv.
+    proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "audit.md"), str(d / "compile_mlp.py"), str(EXAMPLES),
+               cwd=d, check=True)
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+def _cells(model, field):
+    return next(r for r in model["graphs"][0]["matrix"] if r["field"] == field)["cells"]
+
+
+def test_the_two_traces_differ_in_traceback_only(mlp_run, traceback_run):
+    off, on = mlp_run.model(), traceback_run.model()
+    for st in ("ir_pre", "ir_post"):
+        assert (_cells(off, "traceback")[st]["state"], _cells(on, "traceback")[st]["state"]) == ("none", "all")
+
+
+def test_diff_off_to_on_shows_traceback_rising(mlp_run, traceback_run):
+    proc = cli("diff", str(mlp_run.trace), str(traceback_run.trace), "--fail-on-regression")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("# Provenance diff")
+    assert "| IR | `traceback` | LoopLevelIR (pre-pass) | ❌ 0/3 | ✅ 3/3 | ▲ rose |" in out
+    assert "| IR | `traceback` | LoopLevelIR (post-pass) | ❌ 0/3 | ✅ 3/3 | ▲ rose |" in out
+    assert "0 field population drop(s)" in out
+    # Same model, same graph: no object added or removed, no survival moved.
+    section = out.split("### Objects added and removed", 1)[1]
+    assert section.split("###", 1)[0].strip() == "No change."
+    assert out.split("### Source lines whose survival moved", 1)[1].strip() == "No change."
+
+
+def test_diff_on_to_off_is_a_regression(mlp_run, traceback_run, tmp_path):
+    proc = cli("diff", str(traceback_run.trace), str(mlp_run.trace), "--fail-on-regression")
+    assert proc.returncode == 1
+    assert "| IR | `traceback` | LoopLevelIR (pre-pass) | ✅ 3/3 | ❌ 0/3 | ▼ dropped |" in proc.stdout
+    assert "2 field population drop(s): traceback at ir_pre" in proc.stderr
+    # Without the flag a drop is reported, not failed.
+    assert cli("diff", str(traceback_run.trace), str(mlp_run.trace)).returncode == 0
+    # JSON and HTML, by suffix.
+    proc = cli("diff", str(traceback_run.trace), str(mlp_run.trace), "-o", str(tmp_path / "d.json"))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert d["format"] == "prov-trace-diff"
+    assert [(r["field"], r["stage"], r["a"]["n"], r["b"]["n"]) for r in d["regressions"]] == [
+        ("traceback", "ir_pre", 3, 0), ("traceback", "ir_post", 3, 0)]
+    proc = cli("diff", str(traceback_run.trace), str(mlp_run.trace), "--format", "html", "-o", str(tmp_path / "d.out"))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "d.out").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "▼ dropped" in page and "<script" not in page
+
+
+def test_diff_reports_objects_and_earlier_survival(mlp_run):
+    """On the pure function: a model against a copy where a line's provenance ends earlier and a kernel is gone."""
+    a = mlp_run.model()
+    b = copy.deepcopy(a)
+    g = b["graphs"][0]
+    row = next(r for r in g["survival"] if r["text"] == "x = self.fc1(x)")
+    row["last_stage"], row["lost_at"] = "ir_post", "kernel_spec"
+    g["stages"]["kernel_spec"]["objects"] = [o for o in g["stages"]["kernel_spec"]["objects"] if o["name"] != "cpp_fused_relu_0"]
+    d = dif.diff(a, b)
+    (gd,) = d["graphs"]
+    assert d["survival_earlier"] == 1
+    assert [(s["line"], s["a"]["last_stage"], s["b"]["last_stage"], s["change"]) for s in gd["survival"]] == [
+        (row["line"], "artifact", "ir_post", "earlier")]
+    assert gd["objects"]["kernel_spec"]["removed"] == ["cpp_fused_relu_0"]
+    text = dif.render_markdown(d)
+    assert "| Kernel spec | 3 | 2 |  | `cpp_fused_relu_0` |" in text
+    assert re.search(r"`x = self.fc1\(x\)` \| Artifact \| LoopLevelIR \(post-pass\) \| survives \| Kernel spec \| ▼ earlier", text)
+
+
+def test_diff_bad_input_exits_2_with_one_sentence(mlp_run, tmp_path):
+    not_trace = tmp_path / "notes.txt"
+    not_trace.write_text("hello\n")
+    for a, b in ((tmp_path / "missing.msgpack", mlp_run.trace), (mlp_run.trace, not_trace)):
+        proc = cli("diff", str(a), str(b))
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("prov-trace: error: "), proc.stderr
+    proc = cli("diff", str(mlp_run.trace), str(mlp_run.trace), "-o", str(mlp_run.trace))
+    assert proc.returncode == 2 and "overwrite" in proc.stderr
+
+
+# --- check -----------------------------------------------------------------------------
+
+
+def test_check_passes_and_fails_on_real_traces(mlp_run, traceback_run):
+    ok = cli("check", str(mlp_run.trace), "--require", "kernel_spec:origins=all", "--require", "ir_pre:traceback=none",
+             "--require", "post_grad:stack_trace>=0.45", "--require", "source:file:line=all", "--require", "artifact:provenance_comment>=60%")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == "5 of 5 rules hold"
+    bad = cli("check", str(mlp_run.trace), "--require", "post_grad:stack_trace>=0.5", "--require", "ir_post:traceback=any",
+              "--require", "kernel_spec:origins=all")
+    assert bad.returncode == 1
+    assert "FAIL  post_grad:stack_trace>=0.5\n        graph 0/0 inference, FX post-grad: 5/11 populated (45%)" in bad.stdout
+    assert "FAIL  ir_post:traceback=any\n        graph 0/0 inference, LoopLevelIR (post-pass): 0/3 populated (0%)" in bad.stdout
+    assert "ok    kernel_spec:origins=all" in bad.stdout and "1 of 3 rules hold; 2 failed" in bad.stdout
+    # With Inductor's IR traceback on, the same gate passes.
+    on = cli("check", str(traceback_run.trace), "--require", "ir_post:traceback=any", "--require", "ir_pre:traceback=all")
+    assert on.returncode == 0, on.stdout
+    # A wildcard stage checks every stage that measures the field.
+    star = cli("check", str(mlp_run.trace), "--require", "*:stack_trace>=50%")
+    assert star.returncode == 1 and "FX post-grad: 5/11" in star.stdout and "FX pre-grad" not in star.stdout
+
+
+@pytest.mark.parametrize("rule, says", [
+    ("kernel_spec:no_such_field=all", "there is no field 'no_such_field'"),
+    ("post_grad:origins=all", "origins is not measured at post_grad"),
+    ("nowhere:origins=all", "there is no stage 'nowhere'"),
+    ("post_grad:stack_trace>=1.5", "outside 0..1"),
+    ("post_grad:stack_trace>=all", "takes '=' only"),
+    ("post_grad:stack_trace=most", "is not all, any, none"),
+    ("stack_trace", "cannot read the rule"),
+])
+def test_check_bad_rule_exits_2(mlp_run, rule, says):
+    proc = cli("check", str(mlp_run.trace), "--require", rule)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr, proc.stderr
+
+
+def test_check_bad_file_or_graph_exits_2(mlp_run, tmp_path):
+    proc = cli("check", str(tmp_path / "none.msgpack"), "--require", "kernel_spec:origins=all")
+    assert proc.returncode == 2 and "there is no file" in proc.stderr
+    proc = cli("check", str(mlp_run.trace), "--require", "kernel_spec:origins=all", "--graph", "9/9 inference")
+    assert proc.returncode == 2 and "there is no graph '9/9 inference'" in proc.stderr
+    proc = cli("check", str(mlp_run.trace), "--require", "kernel_spec:origins=all", "--graph", "0/0 inference")
+    assert proc.returncode == 0
+
+
+def test_rule_semantics():
+    r = chk.parse_rule("post_grad:stack_trace>=0.5")
+    assert (r.stage, r.field, r.op, r.value) == ("post_grad", "stack_trace", ">=", 0.5)
+    assert r.holds(1, 2) and not r.holds(4, 9)
+    assert chk.parse_rule("source:file:line=all").field == "file:line"
+    assert chk.parse_rule("x:y>=50%").value == 0.5
+    assert chk.parse_rule("x:y = any").holds(1, 5) and not chk.parse_rule("x:y=any").holds(0, 5)
+    assert chk.parse_rule("x:y==none").holds(0, 5)
+    # A stage that fired with no objects: only none, < and <= hold.
+    assert chk.parse_rule("x:y=none").holds(0, 0) and chk.parse_rule("x:y<0.5").holds(0, 0)
+    assert not chk.parse_rule("x:y=all").holds(0, 0) and not chk.parse_rule("x:y>=0").holds(0, 0)
+
+
+def test_check_doc_examples_parse():
+    doc = (REPO / "docs" / "check.md").read_text().split("## Examples", 1)[1]
+    rules = re.findall(r"--require '?([^'\s]+)'?", doc)
+    assert len(rules) >= 4
+    for rule in rules:
+        chk.parse_rule(rule)
+
+
+def test_help_states_exit_codes():
+    for cmd, codes in (("diff", ("0 ", "1 ", "2 ")), ("check", ("0 ", "1 ", "2 "))):
+        proc = cli(cmd, "--help")
+        assert proc.returncode == 0
+        tail = proc.stdout.split("Exit status:", 1)[1]
+        for c in codes:
+            assert re.search(rf"^\s+{c}", tail, re.M), (cmd, c, tail)
+    assert "--format [auto|md|html|json]" in cli("report", "--help").stdout
+    assert "--format [auto|md|html|json]" in cli("run", "--help").stdout
