@@ -160,7 +160,13 @@ class _RunCommand(click.Command):
 @click.option("--format", "report_format", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
 @click.option("--no-report", is_flag=True, help="Write only the trace; build the report later with `prov-trace report`.")
 @click.option("--profile", default="auto", show_default=True,
-              help="Which pipeline's hooks to watch: auto, inductor-cpu, inductor-triton.")
+              help="Which pipeline's hooks to watch: auto, inductor-cpu, inductor-triton, spyre. `auto` picks by the "
+                   "model's device (spyre, cuda, else cpu), or for a script by the machine, and says why.")
+@click.option("--probe", "probe_specs", multiple=True, metavar="TARGET",
+              help="Also watch a function of your own: 'pkg.mod:Qual.name[@entry|@return|@both][=STAGE]' "
+                   "(repeatable). Its snapshots become the report column STAGE. See docs/probes.md.")
+@click.option("--probes", "probes_file", metavar="FILE.toml",
+              help="Probes from a TOML file of [[probe]] tables (target, event, stage). See docs/probes.md.")
 @click.option("--backend", default="auto", show_default=True,
               help="Event backend: auto, monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
                    "bytecode), settrace (any Python, slowest). `auto` takes the best available and says why.")
@@ -174,8 +180,8 @@ class _RunCommand(click.Command):
               help="Leave Inductor's caches on. By default they are defeated: a cache hit skips lowering and "
                    "codegen, and stages after post-grad would never fire.")
 def run(target: str | None, args: tuple[str, ...], module_name: str | None, output: str, report_path: str,
-        report_format: str, no_report: bool, profile: str, backend: str, input_shape: str | None, dtype: str, device: str,
-        eval_mode: bool, keep_caches: bool) -> None:
+        report_format: str, no_report: bool, profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
+        backend: str, input_shape: str | None, dtype: str, device: str, eval_mode: bool, keep_caches: bool) -> None:
     """Trace one compile: a model target, a script, or a module.
 
     \b
@@ -213,6 +219,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     else:
         raise _fail(f"'{target}' is neither a model target (file.py:Class or module:Class) nor a Python script")
 
+    extra_hooks = _user_hooks(probe_specs, probes_file)
     _check_writable(output, "trace")
     if report_path == DEFAULT_REPORT and report_format in ("html", "json"):
         report_path = os.path.splitext(DEFAULT_REPORT)[0] + "." + report_format
@@ -247,7 +254,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     from prov_trace.tracer.stream import StreamError, TraceWriter
 
     try:
-        prof, why = _profiles.choose(profile, device=device)
+        prof, why = _profiles.choose(profile, device=_model_device(model, device) if kind == "model" else None)
     except KeyError as exc:
         raise _fail(exc.args[0]) from None
     _say(f"profile {prof.name}: {why}")
@@ -256,7 +263,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     except StreamError as exc:
         raise _fail(str(exc)) from None
     argv = ["prov-trace", "run", *([f"-m {module_name}"] if module_name else []), *([target] if target and not module_name else []), *args]
-    session = TraceSession(writer, prof, backend=backend, argv=argv, log=_say,
+    session = TraceSession(writer, prof, backend=backend, argv=argv, log=_say, extra_hooks=extra_hooks,
                            header_extra={"target": target if not module_name else f"-m {module_name}", "target_kind": kind,
                                          "train": not eval_mode})
     try:
@@ -296,6 +303,27 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
         _finish_report(output, report_path, report_format)
     sys.stdout.flush()
     raise click.exceptions.Exit(exit_code)
+
+
+def _user_hooks(probe_specs: tuple[str, ...], probes_file: str | None) -> tuple:
+    """The hooks of --probe and --probes; a wrong one is bad input (exit 2) before anything runs."""
+    from prov_trace.probes import user
+
+    try:
+        probes = [user.parse_spec(t) for t in probe_specs]
+        if probes_file:
+            probes += user.load_file(probes_file)
+        return user.hooks_for(probes)
+    except user.ProbeSpecError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _model_device(model: Any, default: str) -> str:
+    """The device type the model's parameters (else buffers) live on."""
+    for tensors in (model.parameters(), model.buffers()):
+        for t in tensors:
+            return t.device.type
+    return default.split(":")[0]
 
 
 def _finish_report(trace_path: str, report_path: str, fmt: str = "md") -> None:
@@ -471,6 +499,76 @@ def check(trace: str, rules: tuple[str, ...], graphs: tuple[str, ...]) -> None:
         _say(f"the trace is partial: {model['trace']['problem']}")
     raise click.exceptions.Exit(EXIT_OK if all(r["holds"] for r in results) else 1)
 
+
+
+_TARGETS_EXIT_HELP = """\b
+Exit status:
+  0    every target resolves and its signature has the arguments the probe reads
+  1    some target drifted (listed), or the profile's package is not installed here
+  2    bad input: usage error, a wrong --probe or --probes file
+"""
+
+
+@cli.command(epilog=_TARGETS_EXIT_HELP)
+@click.option("--profile", default="auto", show_default=True,
+              help="The profile to check: auto, inductor-cpu, inductor-triton, spyre. `auto` picks by this machine.")
+@click.option("--probe", "probe_specs", multiple=True, metavar="TARGET",
+              help="Also check a user probe, 'pkg.mod:Qual.name[@entry|@return|@both][=STAGE]' (repeatable).")
+@click.option("--probes", "probes_file", metavar="FILE.toml", help="Also check the probes in a TOML file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None, as_json: bool) -> None:
+    """Resolve every target of a profile (and of user probes) on the installed build.
+
+    Runs no compile. It may import the target modules. For each target: resolved
+    or not, its file and line, its signature, and whether the arguments its probe
+    reads are still in that signature. Use it after upgrading torch (or
+    torch-spyre) to see which hooks drifted before a trace comes back empty.
+    """
+    import json
+
+    from prov_trace.probes import profiles as _profiles
+    from prov_trace.tracer import drift
+
+    extra_hooks = _user_hooks(probe_specs, probes_file)
+    try:
+        prof, why = _profiles.choose(profile)
+    except KeyError as exc:
+        raise _fail(exc.args[0]) from None
+    if prof.name == "spyre" and not _profiles.spyre_installed():
+        line = (f"profile spyre: torch-spyre is not installed here (no module named torch_spyre), "
+                f"so none of its {len(prof.hooks)} targets can be resolved")
+        if as_json:
+            click.echo(json.dumps({"profile": prof.name, "reason": why, "available": False, "problem": line}))
+        else:
+            click.echo(f"prov-trace: {line}", err=True)
+        raise click.exceptions.Exit(1)
+    results = drift.check(tuple(prof.hooks) + tuple(extra_hooks))
+    drifted = [r for r in results if not r["ok"]]
+    if as_json:
+        click.echo(json.dumps({"profile": prof.name, "reason": why, "available": True, "targets": results,
+                               "drifted": [r["target"] for r in drifted]}, indent=2))
+    else:
+        click.echo(f"profile {prof.name}: {why}")
+        for r in results:
+            mark = "ok   " if r["ok"] else "DRIFT"
+            click.echo(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}")
+            if r["resolved"]:
+                click.echo(f"        {r['file']}:{r['line']}")
+                click.echo(f"        def {r['target'].rsplit('.', 1)[-1].rsplit(':', 1)[-1]}{r['signature']}")
+                if r["reads"]:
+                    click.echo("        reads " + ", ".join(f"{k} {'ok' if v else 'MISSING'}" for k, v in r["reads"].items()))
+                for note in r["notes"]:
+                    click.echo(f"        note: {note}")
+            if r["reason"]:
+                click.echo(f"        {r['reason']}")
+        click.echo(f"{len(results)} targets: {len(results) - len(drifted)} ok, {len(drifted)} drifted")
+    if drifted:
+        if not as_json:
+            click.echo("drifted:", err=True)
+            for r in drifted:
+                click.echo(f"  {r['target']} ({r['stage']}, {r['event']}): {r['reason']}", err=True)
+        raise click.exceptions.Exit(1)
+    raise click.exceptions.Exit(EXIT_OK)
 
 
 def main() -> None:

@@ -46,6 +46,13 @@ class Hook:
     reads: tuple[str, ...] = ()
     #: Why this target was chosen, for `docs/profiles.md` and `targets`.
     why: str = ""
+    #: Keep this hook's records in the session, for the profile's `finish` step.
+    keep: bool = False
+
+
+#: (records the session kept for hooks with ``keep=True``) -> records to write. Each
+#: record is a dict with ``stage``, ``target``, ``compile_id``, ``graph`` and ``payload``.
+Finish = Callable[[list[dict]], list[dict]]
 
 
 @dataclass(frozen=True)
@@ -55,3 +62,6 @@ class Profile:
     hooks: tuple[Hook, ...]
     context: Context = no_context
     extras: dict = field(default_factory=dict)
+    #: Runs once when the session stops, after the compile, before hook statuses are
+    #: written: reads what only exists once the compile is done (e.g. files it emitted).
+    finish: Finish | None = None

@@ -7,7 +7,7 @@ anywhere else. docs/profiles.md explains each target choice.
 from __future__ import annotations
 
 from prov_trace import schema
-from prov_trace.probes import artifact, fx, ir, kernels, source
+from prov_trace.probes import artifact, fx, ir, kernels, source, spyre
 from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
 from prov_trace.probes.context import inductor_context
 
@@ -99,19 +99,94 @@ INDUCTOR_TRITON = Profile(
     context=inductor_context,
 )
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (INDUCTOR_CPU, INDUCTOR_TRITON)}
+# --- torch-spyre --------------------------------------------------------------------------
+
+_SPYRE_PASSES = "torch_spyre._inductor.passes"
+
+SPYRE = Profile(
+    name="spyre",
+    description="the torch-spyre compile path: Spyre FX and pre-scheduling passes, OpSpec, SuperDSC bundles",
+    hooks=(
+        _COMMON[0],  # the source stage is Dynamo's, the same on every backend
+        Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
+             "torch-spyre's pre-grad pass pipeline, entered with the Dynamo graph before its passes run. The "
+             "`__call__` is inherited from a base shared with CustomPrePasses and CustomPostPasses: only calls "
+             "whose `type(self)` is a CustomPreGradPasses are kept."),
+        Hook(schema.POST_GRAD, f"{_SPYRE_PASSES}:CustomPostPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
+             "torch-spyre's post-grad custom pass, entered with the AOT graph (the same shared `__call__`, kept "
+             "only when `type(self)` is a CustomPostPasses)."),
+        Hook(schema.IR_PRE, f"{_SPYRE_PASSES}:CustomPreSchedulingPasses.__call__", ENTRY, spyre.probe_ir,
+             ("self", "graph"),
+             "Entered with the GraphLowering just before the scheduler is built: `graph.operations` is the "
+             "LoopLevelIR before the Spyre pre-scheduling passes."),
+        Hook(schema.IR_POST, f"{_SPYRE_PASSES}:CustomPreSchedulingPasses.__call__", RETURN, spyre.probe_ir,
+             ("self", "graph"),
+             "The same call at return: the passes mutate `graph.operations` in place (e.g. restickify buffers "
+             "with no origin_node), so reading it again shows what they changed."),
+        Hook(schema.KERNEL_SPEC, "torch_spyre._inductor.spyre_kernel:SpyreKernel.create_op_spec", RETURN,
+             spyre.probe_op_spec, ("self",),
+             "Returns the OpSpec, the per-op device spec the SuperDSC generator consumes; its `debug_handle` is "
+             "the provenance Spyre carries past the IR. The IR node is `self.current_node.node`."),
+        Hook(schema.ARTIFACT, "torch_spyre._inductor.scheduler:SuperDSCScheduling.define_kernel", RETURN,
+             spyre.probe_define_kernel, ("node_schedule",),
+             "Names each Spyre kernel; `node_schedule` holds the scheduler nodes, hence the kernel's origins."),
+        Hook(schema.ARTIFACT, spyre.TARGET_OUTPUT_DIR, RETURN, spyre.probe_output_dir, ("kernel_name",),
+             "Returns the exact directory a kernel's bundle is written to. After the compile, the `sdsc_*.json` "
+             "files in exactly these directories are read: no directory is guessed.", keep=True),
+    ),
+    context=inductor_context,
+    finish=spyre.finish,
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (INDUCTOR_CPU, INDUCTOR_TRITON, SPYRE)}
 
 
-def choose(name: str, device: str = "cpu") -> tuple[Profile, str]:
-    """The profile for `name`; for `auto`, pick by the device the model uses and say why."""
+def spyre_installed() -> bool:
+    """Whether torch-spyre can be imported here (looked up, not imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch_spyre") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cuda_available() -> tuple[bool, str]:
+    """Whether torch sees a CUDA device, and why not when it doesn't."""
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001
+        return False, f"torch cannot be imported ({type(exc).__name__})"
+    try:
+        if torch.cuda.is_available():
+            return True, f"torch sees {torch.cuda.device_count()} CUDA device(s)"
+    except Exception as exc:  # noqa: BLE001
+        return False, f"torch.cuda.is_available() raised {type(exc).__name__}"
+    built = getattr(torch.version, "cuda", None)
+    return False, ("torch is built with CUDA " + built + " but sees no CUDA device") if built else "torch is built without CUDA"
+
+
+def choose(name: str, device: str | None = None) -> tuple[Profile, str]:
+    """The profile for `name`; for `auto`, pick by what the model and the machine use, and say why.
+
+    `device` is the model's device type when it is known before the compile (a model target);
+    None when it is not (a script), and then the machine decides.
+    """
     if name != "auto":
         return get(name), "requested"
-    dev = (device or "cpu").split(":")[0]
-    if dev == "spyre" and "spyre" in PROFILES:
-        return PROFILES["spyre"], "the model is on a spyre device"
-    if dev == "cuda":
-        return INDUCTOR_TRITON, "the model is on CUDA, where Inductor emits Triton kernels"
-    return INDUCTOR_CPU, f"the model is on {dev}, where Inductor emits C++ kernels"
+    if device:
+        dev = device.split(":")[0]
+        if dev == "spyre":
+            return SPYRE, "the model is on a spyre device"
+        if dev == "cuda":
+            return INDUCTOR_TRITON, "the model is on CUDA, where Inductor emits Triton kernels"
+        return INDUCTOR_CPU, f"the model is on {dev}, where Inductor emits C++ kernels"
+    if spyre_installed():
+        return SPYRE, "torch-spyre is installed on this machine (the script's device is known only once it runs)"
+    cuda, why = cuda_available()
+    if cuda:
+        return INDUCTOR_TRITON, f"{why}, where Inductor emits Triton kernels (the script's device is known only once it runs)"
+    return INDUCTOR_CPU, f"no spyre or CUDA device here ({why}), so Inductor emits C++ kernels for the CPU"
 
 
 def get(name: str) -> Profile:

@@ -121,3 +121,87 @@ def names(items: Any, limit: int = 256) -> tuple[list[str], int]:
             name = getattr(item, "name", None)
             out.append(name if isinstance(name, str) else safe_str(item, 200))
     return sorted(out), total
+
+
+_ABSENT = object()
+
+
+def _instance_dict(obj: Any) -> dict:
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def read_static(obj: Any, name: str, default: Any = _ABSENT) -> Any:
+    """``obj.name`` without running any Python code of the object's class.
+
+    Instance attributes, slots and plain class attributes are read. A property, a
+    ``__getattr__`` or any other Python-level descriptor is not run: the name reads
+    as `default` (AttributeError when no default is given).
+    """
+    import inspect
+    import types as _types
+
+    try:
+        value = inspect.getattr_static(obj, name)
+    except AttributeError:
+        if default is _ABSENT:
+            raise
+        return default
+    if isinstance(value, (_types.MemberDescriptorType, _types.GetSetDescriptorType)):
+        try:
+            return value.__get__(obj, type(obj))  # a slot or a C-level field: no user code runs
+        except AttributeError:
+            if default is _ABSENT:
+                raise
+            return default
+    d = _instance_dict(obj)
+    if name in d and d[name] is value:
+        return value
+    if hasattr(type(value), "__get__") and not isinstance(value, (_types.FunctionType, type)):
+        if default is _ABSENT:
+            raise AttributeError(f"{type(obj).__qualname__}.{name} is a descriptor; it is not run")
+        return default
+    return value
+
+
+#: Modules whose types' ``__len__`` is known to be pure; on any other type it is not called.
+PURE_LEN_MODULES = ("builtins", "collections", "torch", "sympy", "torch_spyre")
+
+
+def safe_populated(value: Any) -> bool:
+    """The population rule, calling ``__len__`` only on types from PURE_LEN_MODULES (else: exists = populated)."""
+    mod = type(value).__module__ or ""
+    if mod.split(".", 1)[0] in PURE_LEN_MODULES:
+        return populated(value)
+    return value is not None
+
+
+def is_dataclass_instance(obj: Any) -> bool:
+    return dataclasses.is_dataclass(type(obj)) and not isinstance(obj, type)
+
+
+def dataclass_fields(obj: Any, value_of: Any = None) -> dict[str, Any]:
+    """A dataclass instance: its declared fields (name, annotation) and, per field, has/populated/type.
+
+    Field values are read with ``read_static``; `value_of(name, value)` may add a ``value``.
+    """
+    cls = type(obj)
+    declared = []
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        ann = f.type if isinstance(f.type, str) else getattr(f.type, "__qualname__", None) or safe_str(f.type, 200)
+        declared.append({"name": f.name, "type": cut_str(str(ann), 200)})
+        value = read_static(obj, f.name, _ABSENT)
+        has = value is not _ABSENT
+        entry: dict[str, Any] = {
+            "has": has,
+            "populated": has and safe_populated(value),
+            "type": type_name(value) if has else None,
+        }
+        if has and value_of is not None:
+            entry["value"] = value_of(f.name, value)
+        fields[f.name] = entry
+    return {"type": type_name(obj), "declared_fields": declared, "fields": fields}

@@ -26,7 +26,11 @@ FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("IR", "get_stack_traces", (S.IR_PRE, S.IR_POST, S.KERNEL_SPEC)),
     ("Backend", "kernel_metadata", (S.KERNEL_SPEC,)),
     ("Backend", "provenance_comment", (S.ARTIFACT,)),
+    # torch-spyre: OpSpec.debug_handle at the kernel spec, the op key's debug_handle_ in each sdsc_*.json.
+    ("Spyre", "debug_handle", (S.KERNEL_SPEC, S.ARTIFACT)),
 )
+#: The layer of the rows a user probe's stage adds to the matrix (one per snapshot key).
+USER_LAYER = "Probe"
 
 SYMBOLS = OrderedDict(
     [
@@ -138,6 +142,20 @@ def _kernel_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             on = (f.get("origin_node") or {}).get("value")
             picks = [on] if (k.get("kind") == "extern" and on) else ((f.get("origins") or {}).get("value") or [])
             post_nodes.extend(n for n in picks if n not in post_nodes)
+        fields = {
+            "origins": {"has": True, "populated": bool(k.get("origins")), "type": "list"},
+            "get_stack_traces": {"has": True, "type": "list",
+                                 "populated": any(op.get("fields", {}).get("get_stack_traces", {}).get("populated") for op in ops)},
+            "kernel_metadata": {"has": "metadata" in k, "populated": bool(k.get("metadata")), "type": "str"},
+        }
+        if k.get("kind") == "op_spec":
+            # A torch-spyre OpSpec: no kernel metadata slot; its provenance is `debug_handle`.
+            del fields["kernel_metadata"]
+            dh = k.get("debug_handle") or {}
+            fields["debug_handle"] = {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")), "type": dh.get("type")}
+            if dh.get("source") and not any((s.get("file"), s.get("line")) == (dh["source"].get("file"), dh["source"].get("line"))
+                                            for s in sources):
+                sources.append(dh["source"])
         out.append({
             "name": name,
             "kernel": raw,
@@ -146,20 +164,54 @@ def _kernel_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ops": [op.get("name") for op in ops],
             "origins": k.get("origins", []),
             "metadata": k.get("metadata"),
-            "fields": {
-                "origins": {"has": True, "populated": bool(k.get("origins")), "type": "list"},
-                "get_stack_traces": {"has": True, "type": "list",
-                                     "populated": any(op.get("fields", {}).get("get_stack_traces", {}).get("populated") for op in ops)},
-                "kernel_metadata": {"has": "metadata" in k, "populated": bool(k.get("metadata")), "type": "str"},
-            },
+            "fields": fields,
             "sources": sources,
+            **({"debug_handle": (k.get("debug_handle") or {}).get("file_line"),
+                "op_spec_fields": [f.get("name") for f in (k.get("op_spec") or {}).get("declared_fields", [])],
+                "populated_provenance": (k.get("op_spec") or {}).get("populated_provenance", [])}
+               if k.get("kind") == "op_spec" else {}),
         })
+    return out
+
+
+def _sdsc_objects(records: list[dict[str, Any]], paths: list[str]) -> list[dict[str, Any]]:
+    """torch-spyre: one object per op key of each sdsc_*.json read from the kernels' exact bundle directories."""
+    kernels = {}
+    for rec in records:
+        k = (rec.get("payload") or {}).get("superdsc_kernel")
+        if isinstance(k, dict):
+            kernels[k.get("kernel")] = k
+    out = []
+    for rec in records:
+        for bundle in (rec.get("payload") or {}).get("sdsc_bundles", []):
+            kernel = bundle.get("kernel")
+            for f in bundle.get("files", []):
+                paths.append(f.get("path"))
+                base = str(f.get("path") or "").replace("\\", "/").rsplit("/", 1)[-1]
+                for op in f.get("ops", []):
+                    dh = op.get("debug_handle") or {}
+                    out.append({
+                        "name": f"{kernel}/{base}:{op.get('key')}",
+                        "kernel": kernel,
+                        "kind": "sdsc_op",
+                        "file": f.get("path"),
+                        "def_line": None,
+                        "call_lines": [],
+                        "provenance_comments": [],
+                        "provenance_keys": sorted(op.get("provenance_keys") or {}),
+                        "debug_handle": dh.get("file_line"),
+                        "origins": (kernels.get(kernel) or {}).get("origins", []),
+                        "fields": {"debug_handle": {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")),
+                                                    "type": dh.get("type")}},
+                        "sources": [dh["source"]] if dh.get("source") else [],
+                    })
     return out
 
 
 def _artifact_objects(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     out = []
     paths = []
+    out.extend(_sdsc_objects(records, paths))
     for rec in records:
         p = rec.get("payload") or {}
         if p.get("path"):
@@ -256,9 +308,22 @@ def _observed(stage: str, records: list[dict[str, Any]], hooks: list[dict[str, A
     return bool(records)
 
 
+def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """One matrix row per key a user probe's snapshots carry (an argument name, or `return`)."""
+    where: "OrderedDict[str, list[str]]" = OrderedDict()
+    for st in stage_order:
+        if st in S.STAGES:
+            continue
+        for o in (stages.get(st) or {}).get("objects", []):
+            for key in o["fields"]:
+                if st not in where.setdefault(key, []):
+                    where[key].append(st)
+    return [(USER_LAYER, key, tuple(sts)) for key, sts in where.items()]
+
+
 def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:
     rows = []
-    for layer, fname, where in FIELDS:
+    for layer, fname, where in FIELDS + tuple(_user_fields(stages, stage_order)):
         cells = {}
         for st in stage_order:
             data = stages.get(st)
@@ -266,6 +331,9 @@ def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[d
                 cells[st] = {"state": "na", "n": 0, "total": 0}
             elif data is None or not data["observed"]:
                 cells[st] = {"state": "unobserved", "n": 0, "total": 0}
+            elif data["objects"] and not any(fname in o["fields"] for o in data["objects"]):
+                # None of this stage's objects has such a slot (e.g. a stock kernel has no debug_handle).
+                cells[st] = {"state": "na", "n": 0, "total": 0}
             else:
                 objs = data["objects"]
                 n = sum(1 for o in objs if o["fields"].get(fname, {}).get("populated"))
@@ -289,7 +357,7 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
         lines = list(seen.values())
     # Kernels that carry a provenance comment in the artifact, by name.
     art = stages.get(S.ARTIFACT)
-    commented = {o["name"] for o in art["objects"] if o["fields"]["provenance_comment"]["populated"]} if art else set()
+    commented = {o["name"] for o in art["objects"] if o["fields"].get("provenance_comment", {}).get("populated")} if art else set()
     rows = []
     for line in lines:
         key = (line.get("file"), line.get("line"))
@@ -308,6 +376,8 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
                 ks = stages.get(S.KERNEL_SPEC)
                 names = [o["name"] for o in (ks["objects"] if ks else [])
                          if any((s.get("file"), s.get("line")) == key for s in o["sources"]) and o["name"] in commented]
+                # An emitted object that names the line itself (a Spyre op key's debug_handle_) carries it directly.
+                names += [o["name"] for o in data["objects"] if any((s.get("file"), s.get("line")) == key for s in o["sources"])]
             else:
                 names = [o["name"] for o in data["objects"] if any((s.get("file"), s.get("line")) == key for s in o["sources"])]
             per_stage[st] = len(names)
@@ -315,7 +385,7 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
         last = None
         lost = None
         for st, n in per_stage.items():
-            if n is None:
+            if n is None or st not in S.STAGES:  # a user probe's column is a side view, not a pipeline step
                 continue
             if n > 0:
                 last = st
@@ -323,7 +393,7 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
             elif last is not None and lost is None:
                 lost = st
         if last is None:
-            lost = next((st for st, n in per_stage.items() if n is not None), None)
+            lost = next((st for st, n in per_stage.items() if n is not None and st in S.STAGES), None)
         rows.append({
             "file": line.get("file"), "line": line.get("line"), "text": line.get("text"),
             "counts": dict(per_stage), "carriers": carriers,
@@ -422,12 +492,51 @@ def build(trace: Trace) -> dict[str, Any]:
     }
 
 
+def _snapshot_sources(value: Any, out: list[dict[str, Any]], seen: set, budget: list[int]) -> None:
+    """The model lines named inside a generic snapshot (its FX nodes' and IR ops' `source`), bounded."""
+    if budget[0] <= 0:
+        return
+    budget[0] -= 1
+    if isinstance(value, dict):
+        src = value.get("source")
+        for s in (src if isinstance(src, list) else [src]):
+            if isinstance(s, dict) and s.get("file") and s.get("line") is not None:
+                key = (s.get("file"), s.get("line"))
+                if key not in seen:
+                    seen.add(key)
+                    out.append(s)
+        for k, v in value.items():
+            if k != "source" and isinstance(v, (dict, list)):
+                _snapshot_sources(v, out, seen, budget)
+    elif isinstance(value, list):
+        for v in value:
+            if isinstance(v, (dict, list)):
+                _snapshot_sources(v, out, seen, budget)
+
+
 def _generic_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A user probe's stage: one object per call."""
+    """A user probe's stage: one object per call and phase, with one field per snapshot key.
+
+    A field is an argument name (or `return`); it is populated when the snapshotted value
+    was, by the population rule applied to the live value when it was taken.
+    """
     out = []
     for r in records:
         p = r.get("payload") or {}
-        out.append({"name": f"call {r.get('call')} ({r.get('phase')})", "kind": r.get("target"),
+        name = f"call {r.get('call')} ({r.get('phase')})"
+        if isinstance(p, dict) and isinstance(p.get("args"), dict):
+            snaps = dict(p["args"])
+            if "return" in p:
+                snaps["return"] = p["return"]
+            fields = {k: {"has": True, "populated": bool(isinstance(v, dict) and v.get("populated")),
+                          "type": v.get("type") if isinstance(v, dict) else None} for k, v in snaps.items()}
+            sources: list[dict[str, Any]] = []
+            _snapshot_sources([v.get("value") for v in snaps.values() if isinstance(v, dict)], sources, set(), [20000])
+            out.append({"name": name, "kind": r.get("target"), "fields": fields,
+                        "kinds": {k: v.get("kind") for k, v in snaps.items() if isinstance(v, dict)},
+                        "sources": sources})
+            continue
+        out.append({"name": name, "kind": r.get("target"),
                     "fields": {k: {"has": True, "populated": bool(v), "type": type(v).__name__} for k, v in p.items()} if isinstance(p, dict) else {},
                     "sources": []})
     return out

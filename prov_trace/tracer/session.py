@@ -114,6 +114,8 @@ class TraceSession:
         self._calls = itertools.count(1)
         self._active = False
         self.ended: dict[str, Any] | None = None
+        #: Records of hooks with ``keep=True``, for the profile's ``finish`` step.
+        self.kept: list[dict[str, Any]] = []
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -178,6 +180,7 @@ class TraceSession:
             for stack in self._all_stacks:
                 while stack:
                     self._write_unwind(stack.pop(), "the call had not returned when tracing stopped")
+        self._finish()
         for state in self.states:
             if not state.resolved and state.reason is None and state.spec is not None:
                 state.reason = f"module {state.spec.module} was never imported"
@@ -185,6 +188,24 @@ class TraceSession:
         self.ended = {"outcome": outcome, "detail": detail, "records": self.writer.records_written + 1}
         self.writer.write(schema.END, self.ended)
         self.writer.close()
+
+    def _finish(self) -> None:
+        """The profile's after-the-compile step (e.g. reading the files the compile emitted)."""
+        finish = getattr(self.profile, "finish", None)
+        if finish is None:
+            return
+        try:
+            records = list(finish(list(self.kept)) or ())
+        except Exception as exc:  # noqa: BLE001 - a failed finish is an error record, not a crash
+            self.writer.write(schema.ERROR, {"stage": None, "target": f"{self.profile.name}:finish",
+                                             "phase": "finish", "error": _error(exc)})
+            return
+        for rec in records:
+            self.writer.write(schema.PROBE, {
+                "stage": rec.get("stage"), "target": rec.get("target") or f"{self.profile.name}:finish",
+                "phase": "finish", "call": None, "compile_id": rec.get("compile_id"), "graph": rec.get("graph"),
+                "thread": _thread(), "payload": rec.get("payload"),
+            })
 
     # --- resolution ----------------------------------------------------------------
 
@@ -318,6 +339,8 @@ class TraceSession:
             return
         base["probe_ns"] = time.perf_counter_ns() - t0
         self.writer.write(schema.PROBE, {**base, "payload": payload})
+        if hook.keep:
+            self.kept.append({**base, "payload": payload})
 
 
 def _thread() -> dict[str, Any]:

@@ -1,0 +1,304 @@
+"""User probes: `--probe` / `--probes FILE.toml`, the generic snapshot, and a real compile with one attached."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, REPO, Run, cli
+from prov_trace import schema
+from prov_trace.probes import user
+from prov_trace.probes.base import ENTRY, RETURN, ProbeCall, Profile
+
+FUSE = "torch._inductor.scheduler:Scheduler.fuse_nodes"
+
+
+# --- the command-line form ----------------------------------------------------------------------
+
+
+def test_parse_spec_forms():
+    p = user.parse_spec(FUSE)
+    assert (p.target, p.event, p.stage) == (FUSE, "return", "Scheduler.fuse_nodes")
+    p = user.parse_spec(f"{FUSE}@both=fusion")
+    assert (p.event, p.stage, p.origin) == ("both", "fusion", f"--probe '{FUSE}@both=fusion'")
+    assert [h.event for h in p.hooks()] == [ENTRY, RETURN] and {h.stage for h in p.hooks()} == {"fusion"}
+    assert user.parse_spec(f"{FUSE}@entry").event == "entry"
+    assert user.parse_spec("pkg.mod:outer.<locals>.inner=x").stage == "x"
+    assert user.parse_spec("pkg.mod:outer.<locals>.inner").stage == "outer.inner"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("no_colon_here", "is not a target"),
+    (f"{FUSE}@exit", "'exit' is not an event"),
+    (f"{FUSE}@", "'@' must be followed by"),
+    (f"{FUSE}=", "'=' must be followed by a stage name"),
+    (f"{FUSE}=fusion@both", "put '@EVENT' before '=STAGE'"),
+    (f"{FUSE}=kernel_spec", "'kernel_spec' is a built-in stage"),
+    (f"{FUSE}=has space", "is not a stage name"),
+    ("pkg.mod:<locals>.f", "'<locals>' must sit between"),
+])
+def test_parse_spec_errors_say_what_is_wrong(text, says):
+    with pytest.raises(user.ProbeSpecError, match="^--probe '") as e:
+        user.parse_spec(text)
+    assert says in str(e.value)
+
+
+def test_a_repeated_probe_is_an_error():
+    with pytest.raises(user.ProbeSpecError, match="repeats --probe"):
+        user.hooks_for([user.parse_spec(f"{FUSE}@both=f"), user.parse_spec(f"{FUSE}@return=f")])
+    assert len(user.hooks_for([user.parse_spec(f"{FUSE}@entry=f"), user.parse_spec(f"{FUSE}@return=f")])) == 2
+
+
+# --- the file form ----------------------------------------------------------------------------------
+
+
+def test_example_probes_file_parses():
+    probes = user.load_file(str(EXAMPLES / "probes.toml"))
+    assert [(p.target, p.event, p.stage) for p in probes] == [
+        (FUSE, "both", "fusion"), ("torch._inductor.graph:GraphLowering.run_node", "entry", "lowering")]
+    assert probes[0].origin.endswith("probes.toml:11")  # the target's line
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('[[probe]]\ntarget = "a.b:c"\nevent = "both\n', 3, "not valid TOML"),
+    ('[[probe]]\ntarget = "a.b:c"\ncolour = "red"\n', 3, "unknown key 'colour' in probe 1"),
+    ('[[probe]]\ntarget = "a.b:c"\n\n[[probe]]\nstage = "s"\n', 4, "probe 2 has no target"),
+    ('[[probe]]\ntarget = "a.b:c"\nevent = "exit"\n', 3, "'exit' is not an event"),
+    ('[[probe]]\ntarget = "a.b:c"\n# a comment\nstage = "ir_pre"\n', 4, "'ir_pre' is a built-in stage"),
+    ('[[probe]]\ntarget = 3\n', 2, "'target' in probe 1 must be a string"),
+    ('[[probe]]\n\ntarget = "not a target"\n', 3, "is not a target"),
+    ('version = 1\n[[probe]]\ntarget = "a.b:c"\n', 1, "unknown key 'version'"),
+    ('[probes]\ntarget = "a.b:c"\n', 1, "unknown key 'probes'"),
+    ('# nothing here\n', 1, "no [[probe]] table"),
+    ('probe = "a.b:c"\n', 1, "'probe' must be an array of tables"),
+])
+def test_a_wrong_file_names_the_line_and_the_problem(tmp_path, text, line, says):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(user.ProbeSpecError) as e:
+        user.load_file(str(path))
+    assert str(e.value).startswith(f"{path}:{line}: "), str(e.value)
+    assert says in str(e.value)
+
+
+def test_a_wrong_file_exits_2_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[probe]]\ntarget = "a.b:c"\nevent = "sometimes"\n')
+    for args in (["targets", "--probes", str(bad)],
+                 ["run", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP", "--probes", str(bad)],
+                 ["run", "--probe", "nope", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP"]):
+        proc = cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.startswith("prov-trace: error: "), proc.stderr
+    assert f"{bad}:3: 'sometimes' is not an event" in cli("targets", "--probes", str(bad), cwd=tmp_path).stderr
+    assert not (tmp_path / "prov-trace.msgpack").exists()
+    missing = cli("targets", "--probes", str(tmp_path / "none.toml"), cwd=tmp_path)
+    assert missing.returncode == 2 and "there is no probes file" in missing.stderr
+
+
+# --- the generic snapshot -----------------------------------------------------------------------------
+
+
+CALLED: list[str] = []
+
+
+class Hostile:
+    """Every hook a snapshot could trip over records that it ran."""
+
+    def __repr__(self):
+        CALLED.append("__repr__")
+        return "hostile"
+
+    def __str__(self):
+        CALLED.append("__str__")
+        return "hostile"
+
+    def __getattr__(self, name):
+        CALLED.append(f"__getattr__({name})")
+        raise AttributeError(name)
+
+    def __len__(self):
+        CALLED.append("__len__")
+        return 0
+
+    def __eq__(self, other):
+        CALLED.append("__eq__")
+        return False
+
+    __hash__ = object.__hash__
+
+
+@dataclasses.dataclass
+class Holder:
+    name: str
+    items: list
+    thing: object = None
+
+    @property
+    def computed(self):
+        CALLED.append("property")
+        return 1
+
+
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    a: int
+    b: object = None
+
+
+def test_generic_snapshot_never_runs_user_code():
+    CALLED.clear()
+    h = Hostile()
+    snaps = [user.snapshot_value(v) for v in (h, [h, h], {"k": h}, Holder("n", [], h), Slotted(0, h), (h,))]
+    assert CALLED == [], CALLED
+    assert snaps[0] == {"type": f"{__name__}.Hostile", "populated": True, "kind": "generic",
+                        "value": {"type": f"{__name__}.Hostile"}}
+    holder = snaps[3]
+    assert holder["kind"] == "dataclass"
+    assert [f["name"] for f in holder["value"]["declared_fields"]] == ["name", "items", "thing"]
+    assert holder["value"]["fields"]["items"] == {"has": True, "populated": False, "type": "list",
+                                                  "value": {"type": "list", "len": 0, "items": []}}
+    assert holder["value"]["fields"]["thing"]["value"] == {"type": f"{__name__}.Hostile"}
+    slotted = snaps[4]["value"]["fields"]
+    assert slotted["a"]["populated"] and slotted["a"]["value"] == 0  # 0 counts as populated
+    assert "hostile" not in repr(snaps)
+
+
+def test_generic_probe_records_arguments_and_return_value():
+    def target(self, nodes, *rest, flag=None, **kw):
+        return nodes
+
+    frame_locals = {"self": Hostile(), "nodes": [], "rest": (1,), "flag": None, "kw": {}}
+
+    class _Frame:  # the probe reads only the frame's code, for the parameter names
+        f_code = target.__code__
+
+    entry = user.generic_probe(ProbeCall(ENTRY, frame_locals, None, _Frame()))
+    assert list(entry) == ["args"] and list(entry["args"]) == ["self", "nodes", "flag", "rest", "kw"]
+    assert not entry["args"]["nodes"]["populated"] and entry["args"]["rest"]["populated"]
+    ret = user.generic_probe(ProbeCall(RETURN, frame_locals, [1, 2], _Frame()))
+    assert ret["return"]["populated"] and ret["return"]["value"]["len"] == 2
+
+
+# --- nested functions and late imports, through a real session -----------------------------------------
+
+
+def test_probe_on_a_nested_function_in_a_module_imported_later(tmp_path):
+    import importlib
+
+    from prov_trace.report.model import build
+    from prov_trace.report.reader import read_trace
+    from prov_trace.tracer.session import TraceSession
+    from prov_trace.tracer.stream import TraceWriter
+
+    name = "prov_trace_late_module_for_test"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent('''
+        import dataclasses
+
+        @dataclasses.dataclass
+        class Box:
+            value: int
+            tags: list
+
+        def outer(n):
+            def inner(box):
+                return box.value * 2
+            return inner(Box(n, [])) + 1
+        '''))
+    assert name not in sys.modules
+    hooks = user.hooks_for([user.parse_spec(f"{name}:outer.<locals>.inner@both=inner"),
+                            user.parse_spec(f"{name}:outer")])
+    sys.path.insert(0, str(tmp_path))
+    try:
+        path = tmp_path / "t.msgpack"
+        with TraceSession(TraceWriter(path), Profile("none", "no built-in hooks", ()), extra_hooks=hooks,
+                          log=lambda m: None):
+            mod = importlib.import_module(name)
+            assert mod.outer(3) == 7
+            assert mod.outer(0) == 1
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+    model = build(read_trace(path))
+    assert not model["errors"], model["errors"]
+    assert sorted((h["target"], h["event"], h["fired"]) for h in model["hooks"]) == [
+        (f"{name}:outer", "return", 2), (f"{name}:outer.<locals>.inner", "entry", 2),
+        (f"{name}:outer.<locals>.inner", "return", 2)]
+    assert all(h["resolved"] and h["installed"] for h in model["hooks"])
+    assert model["stage_order"][len(schema.STAGES):] == ["inner", "outer"]
+    g = model["graphs"][0]
+    inner = g["stages"]["inner"]["objects"]
+    assert [o["name"].split(" (")[1] for o in inner] == ["entry)", "return)"] * 2
+    assert set(inner[1]["fields"]) == {"box", "return"} and inner[1]["kinds"]["box"] == "dataclass"
+    assert [o["fields"]["return"]["populated"] for o in inner if "return" in o["fields"]] == [True, True]  # 6 and 0
+    rows = {(r["layer"], r["field"]): r["cells"] for r in g["matrix"]}
+    assert rows[("Probe", "box")]["inner"] == {**rows[("Probe", "box")]["inner"], "state": "all", "n": 4, "total": 4}
+    assert rows[("Probe", "n")]["outer"] == {**rows[("Probe", "n")]["outer"], "state": "all", "n": 2, "total": 2}  # 0 counts
+    assert rows[("Probe", "n")]["inner"]["state"] == "na"
+    assert all(c["state"] == "na" for st, c in rows[("FX", "stack_trace")].items() if st in ("inner", "outer"))
+
+
+# --- a real compile with a user probe --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fusion_run(tmp_path_factory) -> Run:
+    d = tmp_path_factory.mktemp("fusion")
+    proc = cli("run", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP", "--probe", f"{FUSE}@both=fusion",
+               "-o", str(d / "t.msgpack"), "--report", str(d / "audit.md"), cwd=d, check=True)
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+def test_user_probe_column_with_real_counts(fusion_run):
+    model = fusion_run.model()
+    assert not model["errors"], model["errors"]
+    assert model["stage_order"] == [*schema.STAGES, "fusion"]
+    hook = {(h["target"], h["event"]): h for h in model["hooks"]}
+    assert hook[(FUSE, "entry")]["fired"] == hook[(FUSE, "return")]["fired"] >= 1
+    (g,) = model["graphs"]
+    objs = g["stages"]["fusion"]["objects"]
+    calls = hook[(FUSE, "entry")]["fired"]
+    assert len(objs) == 2 * calls
+    for o in objs:
+        assert o["kind"] == FUSE and o["fields"]["self"]["populated"] and o["fields"]["nodes"]["populated"]
+        assert o["kinds"]["nodes"] == "scheduler_nodes"
+    assert sum("return" in o["fields"] for o in objs) == calls
+    rows = {(r["layer"], r["field"]): r["cells"] for r in g["matrix"]}
+    assert rows[("Probe", "nodes")]["fusion"] == {**rows[("Probe", "nodes")]["fusion"], "state": "all",
+                                                  "n": 2 * calls, "total": 2 * calls}
+    assert rows[("Probe", "return")]["fusion"]["n"] == calls
+    # The scheduler nodes carry their IR ops' source lines, so the column counts them per line...
+    surv = {r["text"]: r for r in g["survival"]}
+    assert surv["x = self.fc1(x)"]["counts"]["fusion"] >= 1
+    # ...but a side column never decides where a line is lost.
+    assert surv["x = self.fc1(x)"]["lost_at"] is None and surv["x = torch.relu(x)"]["lost_at"] == "artifact"
+    summary = next(r for r in model["summary"] if r["stage"] == "fusion")
+    assert summary["objects"] == 2 * calls and summary["fired"] == 2 * calls
+
+
+def test_user_probe_column_in_the_markdown_report(fusion_run):
+    calls = next(h["fired"] for h in fusion_run.model()["hooks"] if h["target"] == FUSE and h["event"] == "entry")
+    text = fusion_run.report.read_text()
+    counts = text.split("## Counts", 1)[1].split("##", 1)[0]
+    header = next(ln for ln in counts.splitlines() if ln.startswith("| Graph"))
+    row = next(ln for ln in counts.splitlines() if ln.startswith("| 0/0 inference"))
+    assert header.rstrip(" |").endswith("fusion")
+    assert row.rstrip(" |").rsplit("|", 1)[-1].strip() == str(2 * calls)
+    assert "`nodes`" in text.split("## Stage × Field matrix", 1)[1]
+    assert any(ln.strip().startswith("fusion") and "fired" in ln for ln in fusion_run.proc.stdout.splitlines())
+
+
+def test_docs_exist_for_probes_and_profiles():
+    probes = (REPO / "docs" / "probes.md").read_text()
+    assert "--probe" in probes and "--probes" in probes and "[[probe]]" in probes and "examples/probes.toml" in probes
+    prof = (REPO / "docs" / "profiles.md").read_text()
+    from prov_trace.probes import profiles
+
+    for p in profiles.PROFILES.values():
+        assert f"`{p.name}`" in prof
+        for h in p.hooks:
+            assert h.target in prof, h.target
