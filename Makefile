@@ -41,8 +41,9 @@ demo: $(VENV)/.installed
 test-main: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
+# 3.11 runs everything but the large-model tests (marked `heavy`), which the main run covers.
 test-311: $(VENV311)/.installed
-	$(VENV311)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(VENV311)/bin/python -m pytest -q -m "not heavy" $(PYTEST_ARGS)
 
 # The suite on the main interpreter, then on 3.11 when this machine has one (CI does).
 test: test-main

@@ -346,15 +346,19 @@ def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[d
 def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:
     """Per model source line: where its provenance is last attached, and where it is first lost."""
     src = stages.get(S.SOURCE)
-    lines = [o["sources"][0] for o in (src["objects"] if src else [])]
-    if not lines:
-        # No source stage (e.g. the hook did not fire): use every line the FX stage names.
-        seen = OrderedDict()
-        for st in (S.PRE_GRAD, S.POST_GRAD):
-            for o in (stages.get(st) or {}).get("objects", []):
-                for s in o["sources"]:
-                    seen.setdefault((s.get("file"), s.get("line")), s)
-        lines = list(seen.values())
+    seen: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    for o in (src["objects"] if src else []):
+        seen.setdefault((o["sources"][0].get("file"), o["sources"][0].get("line")), o["sources"][0])
+    # Lines of functions Dynamo inlined (a submodule's forward, a Hugging Face layer) are not in the
+    # code objects it compiled, but the FX stack traces name them: they get rows too.
+    extra: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
+    for st in (S.PRE_GRAD, S.POST_GRAD):
+        for o in (stages.get(st) or {}).get("objects", []):
+            for s in o["sources"]:
+                key = (s.get("file"), s.get("line"))
+                if key not in seen:
+                    extra.setdefault(key, s)
+    lines = list(seen.values()) + [extra[k] for k in sorted(extra, key=lambda k: (str(k[0]), k[1] or 0))]
     # Kernels that carry a provenance comment in the artifact, by name.
     art = stages.get(S.ARTIFACT)
     commented = {o["name"] for o in art["objects"] if o["fields"].get("provenance_comment", {}).get("populated")} if art else set()

@@ -1,0 +1,100 @@
+"""Real models and real scripts, each traced once by the real CLI, and checked against Inductor's own record."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, Run, cli
+from inductor_trace import assert_artifact_matches_file, assert_matches_inductor
+
+pytestmark = pytest.mark.heavy
+
+
+def _run(tmp_path_factory, name: str, *args: str) -> Run:
+    d = tmp_path_factory.mktemp(name)
+    proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "audit.md"), *args, cwd=d, check=True,
+               env={"INDUCTOR_PROVENANCE": "1", "TORCH_TRACE": str(d / "torch_trace")})
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+@pytest.fixture(scope="module")
+def mlp_train(tmp_path_factory):
+    return _run(tmp_path_factory, "mlp_train", "--train", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP")
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    return _run(tmp_path_factory, "encoder", str(EXAMPLES / "encoder_stack.py") + ":EncoderStack")
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed (it is in the `test` extra: pip install -e '.[test]')")
+    return _run(tmp_path_factory, "gpt2", str(EXAMPLES / "gpt2_tiny.py") + ":build")
+
+
+@pytest.fixture(scope="module")
+def recompile(tmp_path_factory):
+    return _run(tmp_path_factory, "recompile", str(EXAMPLES / "recompile.py"))
+
+
+@pytest.fixture(scope="module")
+def train_script(tmp_path_factory):
+    return _run(tmp_path_factory, "train", str(EXAMPLES / "train.py"), "--steps", "3", "--compile-optimizer")
+
+
+def _check(run: Run) -> dict:
+    model = run.model()
+    assert model["trace"]["complete"] and not model["errors"], model["errors"]
+    assert assert_matches_inductor(model, run.workdir / "torch_trace") >= 1
+    assert assert_artifact_matches_file(model) >= 1
+    return model
+
+
+def test_mlp_train_forward_and_backward(mlp_train):
+    model = _check(mlp_train)
+    assert [g["label"] for g in model["graphs"]] == ["0/0 forward", "0/0 backward"]
+    bwd = model["graphs"][1]
+    assert any(o["name"].startswith("tangents") for o in bwd["stages"]["post_grad"]["objects"])
+
+
+def test_encoder_stack_24_layers(encoder):
+    model = _check(encoder)
+    (g,) = model["graphs"]
+    post = g["stages"]["post_grad"]["objects"]
+    assert len(post) > 1500, len(post)  # the fast path is off: ordinary ops, not 24 opaque nodes
+    assert not any("_transformer_encoder_layer_fwd" in (o.get("target") or "") for o in post)
+    # Every layer's source line reaches the kernel spec.
+    rows = {r["text"]: r for r in g["survival"]}
+    assert rows["x = layer(x)"]["counts"]["kernel_spec"] > 24
+
+
+def test_gpt2_tiny(gpt2):
+    model = _check(gpt2)
+    assert model["graphs"], "no graph traced"
+    files = {r["file"] for g in model["graphs"] for r in g["survival"]}
+    assert any(f.endswith("modeling_gpt2.py") for f in files), files
+
+
+def test_graph_break_and_recompile_each_graph_by_compile_id(recompile):
+    model = _check(recompile)
+    assert [g["label"] for g in model["graphs"]] == ["0/0 inference", "1/0 inference", "0/1 inference", "1/1 inference"]
+    for g in model["graphs"]:
+        for st in ("source", "pre_grad", "post_grad", "ir_pre", "ir_post", "kernel_spec", "artifact"):
+            assert g["stages"][st]["observed"], (g["label"], st)
+    first = {r["text"] for r in model["graphs"][0]["survival"]}
+    second = {r["text"] for r in model["graphs"][1]["survival"]}
+    assert "x = torch.relu(x)" in first and "x = x * 2.0" in second
+    assert "batch 8: output (8, 64)" in recompile.proc.stdout
+
+
+def test_training_script_unmodified(train_script):
+    model = _check(train_script)
+    labels = [g["label"] for g in model["graphs"]]
+    assert "0/0 forward" in labels and "0/0 backward" in labels, labels
+    assert len(labels) > 2, f"the compiled optimizer step was not traced: {labels}"
+    assert "step 2: loss" in train_script.proc.stdout
