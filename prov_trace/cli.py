@@ -5,6 +5,7 @@ Exit status (also in `prov-trace --help` and the README):
   1  for `run` of a script: the script's own status (1 for an uncaught exception)
   2  bad input: a usage error, a file that is not a trace, an output that cannot be written
   130  interrupted (Ctrl-C)
+  143  stopped by SIGTERM (the trace gets its end record and the report is written first)
 A traced script's own exit status always wins for `run PROGRAM`.
 """
 
@@ -32,6 +33,7 @@ Exit status:
   1    `run PROGRAM`: the program's own status (1 for an uncaught exception)
   2    bad input: usage error, unreadable trace, unwritable output
   130  interrupted (Ctrl-C)
+  143  stopped by SIGTERM (trace and report are finished first)
 """
 
 
@@ -69,6 +71,15 @@ def write_atomic(path: str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _write_output(path: str, text: str, what: str) -> None:
+    """write_atomic, with a failure (a full disk, a read-only directory) as one sentence and exit 2."""
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise _fail(f"could not write the {what} to {path}: {exc.strerror or exc}; "
+                    f"{'the file there is unchanged' if os.path.exists(path) else 'nothing was written'}") from None
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -273,6 +284,8 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
         raise _fail(str(exc)) from None
 
     exit_code = EXIT_OK
+    sigterm = _SigtermStop(session)
+    sigterm.install()
     try:
         if kind == "model":
             try:
@@ -280,6 +293,9 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
             except KeyboardInterrupt:
                 session.stop("interrupted", "KeyboardInterrupt")
                 exit_code = EXIT_INTERRUPTED
+            except runner.Terminated as exc:
+                session.stop("signal", exc.name)
+                exit_code = exc.exit_code
             except BaseException as exc:  # the model's own failure: report it, keep the trace
                 import traceback
 
@@ -292,17 +308,75 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
             result = runner.run_program(module_name or target, list(args), as_module=kind == "module")
             session.stop(result.outcome, result.detail)
             exit_code = result.exit_code
+    except runner.Terminated as exc:  # in the instant between the program's end and the session's stop
+        if session.ended is None:
+            session.stop("signal", exc.name)
+        exit_code = exc.exit_code
     finally:
         if session.ended is None:
             session.stop("exception", "prov-trace stopped unexpectedly")
 
-    if writer.failure:
-        _say(f"warning: {writer.failure}; the trace holds what was written before that")
-    _say(f"trace written to {output} ({writer.records_written} records, {writer.bytes_written} bytes)")
-    if not no_report:
-        _finish_report(output, report_path, report_format)
-    sys.stdout.flush()
+    try:
+        if session.ended and session.ended.get("outcome") == "signal":
+            _say(f"stopped by {session.ended.get('detail')}: the trace and report hold what ran before it")
+        if writer.failure:
+            _say(f"warning: {writer.failure}; the trace holds what was written before that")
+        _say(f"trace written to {output} ({writer.records_written} records, {writer.bytes_written} bytes)")
+        if not no_report:
+            _finish_report(output, report_path, report_format)
+        sys.stdout.flush()
+    finally:
+        sigterm.restore()
+    if sigterm.late is not None:  # a SIGTERM while the trace and report were being finished
+        exit_code = 128 + sigterm.late
     raise click.exceptions.Exit(exit_code)
+
+
+class _SigtermStop:
+    """SIGTERM while the traced program runs: a clean stop, like Ctrl-C.
+
+    The handler raises ``runner.Terminated`` in the main thread, which unwinds the
+    program; the trace gets an end record (outcome ``signal``), the report is
+    written, and `run` exits 128 + 15. It is installed only where SIGTERM has its
+    default action (a program started with SIGTERM ignored keeps ignoring it), and
+    the previous handler is put back when `run` ends. A SIGTERM that comes after
+    the program ended is remembered: the trace and report are finished first.
+    """
+
+    def __init__(self, session: Any):
+        self.session = session
+        self.previous: Any = None
+        self.late: int | None = None
+
+    def install(self) -> None:
+        import signal
+
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+            if previous != signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._handle)
+            self.previous = previous
+        except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGTERM on this platform
+            self.previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        from prov_trace.runner import Terminated
+
+        if self.session.ended is None and getattr(self.session, "_active", False):
+            raise Terminated(signum)
+        if self.late is None:
+            self.late = signum
+
+    def restore(self) -> None:
+        import signal
+
+        if self.previous is not None:
+            try:
+                signal.signal(signal.SIGTERM, self.previous)
+            except (ValueError, OSError):
+                pass
+            self.previous = None
 
 
 def _user_hooks(probe_specs: tuple[str, ...], probes_file: str | None) -> tuple:

@@ -22,6 +22,28 @@ class UsageError(Exception):
     """Bad input from the user: one sentence saying what to do. Exit status 2."""
 
 
+class Terminated(BaseException):
+    """Raised in the main thread by prov-trace's SIGTERM handler: unwinds the traced program like Ctrl-C does.
+
+    A BaseException, so the program's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        self.signum = signum
+        try:
+            self.name = signal.Signals(signum).name
+        except ValueError:
+            self.name = f"signal {signum}"
+        super().__init__(self.name)
+
+    @property
+    def exit_code(self) -> int:
+        """What a shell reports for a process the signal ended: 128 + the signal number."""
+        return 128 + self.signum
+
+
 # --- model targets -------------------------------------------------------------------
 
 
@@ -141,6 +163,13 @@ def defeat_caches() -> None:
         import torch
 
         torch.compiler.config.force_disable_caches = True
+        # torch's config values are per thread (a ContextVar each): the line above holds for this thread
+        # only, and a compile on another thread would hit the cache. The environment variable is read
+        # when torch is imported, which is over; set what it would have set, for every thread.
+        try:
+            torch.compiler.config._config["force_disable_caches"].env_value_force = True
+        except (AttributeError, KeyError, TypeError):
+            pass
 
 
 def run_model(model: Any, inputs: tuple, *, train: bool) -> Any:
@@ -168,7 +197,7 @@ def run_model(model: Any, inputs: tuple, *, train: bool) -> Any:
 @dataclass
 class ScriptResult:
     exit_code: int
-    outcome: str         # ok | exit | exception | interrupted
+    outcome: str         # ok | exit | exception | interrupted | signal
     detail: str | None = None
 
 
@@ -252,6 +281,8 @@ def run_program(target: str, args: list[str], *, as_module: bool) -> ScriptResul
         except SystemExit as exc:
             code_ = _exit_code(exc.code)
             return ScriptResult(code_, "exit", f"SystemExit({exc.code!r})")
+        except Terminated as exc:  # prov-trace's SIGTERM handler: stop cleanly, no traceback (python prints none)
+            return ScriptResult(exc.exit_code, "signal", exc.name)
         except KeyboardInterrupt as exc:
             traceback.print_exception(type(exc), exc, _cut_tool_frames(exc.__traceback__, first_file))
             return ScriptResult(130, "interrupted", "KeyboardInterrupt")

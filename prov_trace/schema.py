@@ -41,3 +41,15 @@ STAGE_TITLES = {
 # Provenance fields, by the layer they live on.
 FX_FIELDS = ("stack_trace", "nn_module_stack", "source_fn_stack", "original_aten", "from_node")
 IR_FIELDS = ("origins", "origin_node", "traceback", "get_stack_traces")
+
+# What a reader accepts (msgpack.Unpacker limits). The writer checks big records against
+# the same limits, so it never writes a record the reader would refuse.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
+READ_LIMITS = dict(
+    max_buffer_size=MAX_RECORD_BYTES,
+    max_str_len=64 * 1024 * 1024,
+    max_bin_len=64 * 1024 * 1024,
+    max_array_len=4 * 1024 * 1024,
+    max_map_len=1024 * 1024,
+    max_ext_len=1024,
+)

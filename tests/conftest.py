@@ -55,3 +55,31 @@ def mlp_provenance_run(tmp_path_factory) -> Run:
                "--report", str(d / "audit.md"), cwd=d, check=True,
                env={"INDUCTOR_PROVENANCE": "1", "TORCH_TRACE": str(d / "torch_trace")})
     return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+#: A script that compiles a tiny function, then raises (tests/test_reliability_*.py).
+RAISES_AFTER_COMPILE = """\
+import torch
+
+@torch.compile
+def tiny(x):
+    return torch.relu(x) + 1
+
+def fail(value):
+    raise ValueError(f"script failed after the compile: {value}")
+
+with torch.no_grad():
+    total = tiny(torch.ones(4)).sum().item()
+print("compiled", total)
+fail(total)
+"""
+
+
+@pytest.fixture(scope="session")
+def raising_run(tmp_path_factory) -> Run:
+    """`prov-trace run raises.py`: one small real compile, then the script's own exception."""
+    d = tmp_path_factory.mktemp("raises")
+    (d / "raises.py").write_text(RAISES_AFTER_COMPILE)
+    proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "r.md"), str(d / "raises.py"), cwd=d,
+               env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    return Run(proc, d / "t.msgpack", d / "r.md", d)

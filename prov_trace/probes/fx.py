@@ -2,60 +2,113 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
+
+import msgpack
 
 from prov_trace.probes.snapshot import MAX_ITEMS, MAX_TRACE_STR, cut_str, populated, safe_str, type_name
 from prov_trace.probes.source import source_of_stack_trace
 from prov_trace.schema import FX_FIELDS
 
+#: Bound on input names per node.
+MAX_NAMES = 256
+
 #: Bound on nodes per graph snapshot; a larger graph is cut and the cut counted.
 MAX_NODES = 50_000
+#: Bound on one graph record's packed size (well under the reader's record limit); past it, nodes are cut.
+MAX_GRAPH_BYTES = 128 * 1024 * 1024
 MAX_FROM_NODE_DEPTH = 32
+#: Bound on the NodeSource entries kept per from_node chain, all levels together (a chain may be a wide tree).
+MAX_FROM_NODE_ITEMS = 256
+#: Bound on the meta keys listed per node.
+MAX_META_KEYS = 256
+
+_packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
 
 
-def _from_node(sources: Any, depth: int = 0) -> list[dict[str, Any]]:
+class _Budget:
+    def __init__(self, items: int):
+        self.left = items
+        self.cut = 0
+        self.depth_cut = False
+
+
+def _from_node(sources: Any, budget: _Budget, depth: int = 0) -> list[dict[str, Any]]:
     out = []
-    for src in list(sources or ())[:MAX_ITEMS]:
+    try:
+        seq = list(itertools.islice(sources or (), MAX_ITEMS + 1)) if isinstance(sources, (list, tuple)) else []
+        total = len(sources) if isinstance(sources, (list, tuple)) else 0
+    except Exception:  # noqa: BLE001
+        return out
+    for i, src in enumerate(seq[:MAX_ITEMS]):
+        if budget.left <= 0:
+            budget.cut += total - i
+            return out
+        budget.left -= 1
         item = {
             "name": safe_str(getattr(src, "name", None), 200),
-            "graph_id": getattr(src, "graph_id", None),
+            "graph_id": _int_or_none(getattr(src, "graph_id", None)),
             "pass_name": safe_str(getattr(src, "pass_name", None), 200),
             "action": safe_str(getattr(src, "action", None), 200),
         }
+        inner = getattr(src, "from_node", None)
         if depth < MAX_FROM_NODE_DEPTH:
-            item["from_node"] = _from_node(getattr(src, "from_node", None), depth + 1)
+            item["from_node"] = _from_node(inner, budget, depth + 1)
+        elif isinstance(inner, (list, tuple)) and inner:
+            budget.depth_cut = True
+            item["cut"] = "depth"
         out.append(item)
+    if total > MAX_ITEMS:
+        budget.cut += total - MAX_ITEMS
     return out
 
 
-def _field_value(field: str, value: Any) -> Any:
+def _int_or_none(v: Any) -> Any:
+    return v if v is None or type(v) is int else safe_str(v, 200)
+
+
+def _field_value(field: str, value: Any) -> tuple[Any, dict[str, Any]]:
+    """The recorded value of one provenance field, and the marks of any bound that cut it."""
     if value is None:
-        return None
+        return None, {}
     if field == "stack_trace":
-        return cut_str(value, MAX_TRACE_STR) if isinstance(value, str) else safe_str(value)
+        return (cut_str(value, MAX_TRACE_STR) if isinstance(value, str) else safe_str(value)), {}
     if field == "nn_module_stack":
         # {key: (module path, module type)}
+        if not isinstance(value, dict):
+            return safe_str(value), {}
         out = {}
-        for k, v in list(value.items())[:MAX_ITEMS]:
+        for k, v in itertools.islice(dict.items(value), MAX_ITEMS):
             if isinstance(v, tuple) and len(v) == 2:
                 out[safe_str(k, 200)] = [safe_str(v[0], 400), safe_str(getattr(v[1], "__qualname__", v[1]), 400)]
             else:
                 out[safe_str(k, 200)] = safe_str(v, 400)
-        return out
+        return out, ({"cut": len(value) - MAX_ITEMS} if len(value) > MAX_ITEMS else {})
     if field == "source_fn_stack":
+        if not isinstance(value, (list, tuple)):
+            return safe_str(value), {}
         out = []
-        for entry in list(value)[:MAX_ITEMS]:
+        for entry in value[:MAX_ITEMS]:
             if isinstance(entry, tuple) and len(entry) == 2:
                 fn = entry[1]
-                out.append([safe_str(entry[0], 200), getattr(fn, "__qualname__", None) or safe_str(fn, 200)])
+                qn = getattr(fn, "__qualname__", None)
+                out.append([safe_str(entry[0], 200), qn if isinstance(qn, str) else safe_str(fn, 200)])
             else:
                 out.append(safe_str(entry, 200))
-        return out
+        return out, ({"cut": len(value) - MAX_ITEMS} if len(value) > MAX_ITEMS else {})
     if field == "original_aten":
-        return safe_str(value, 400)
+        return safe_str(value, 400), {}
     if field == "from_node":
-        return _from_node(value)
-    return safe_str(value)
+        budget = _Budget(MAX_FROM_NODE_ITEMS)
+        out = _from_node(value, budget)
+        marks: dict[str, Any] = {}
+        if budget.cut:
+            marks["cut"] = budget.cut
+        if budget.depth_cut:
+            marks["cut_depth"] = MAX_FROM_NODE_DEPTH
+        return out, marks
+    return safe_str(value), {}
 
 
 def snapshot_node(node: Any) -> dict[str, Any]:
@@ -64,33 +117,61 @@ def snapshot_node(node: Any) -> dict[str, Any]:
     for f in FX_FIELDS:
         has = f in meta
         value = meta.get(f)
+        rendered, marks = _field_value(f, value)
         fields[f] = {
             "has": has,
             "populated": has and populated(value),
             "type": type_name(value) if has else None,
-            "value": _field_value(f, value),
+            "value": rendered,
+            **marks,
         }
-    return {
-        "name": node.name,
-        "op": node.op,
+    inputs = node.all_input_nodes
+    keys = list(itertools.islice(meta.keys(), MAX_META_KEYS))
+    out = {
+        "name": safe_str(node.name, 400),
+        "op": safe_str(node.op, 200),
         "target": safe_str(node.target, 400),
-        "inputs": [n.name for n in node.all_input_nodes][:MAX_ITEMS],
-        "meta_keys": sorted(str(k) for k in meta.keys()),
+        "inputs": [safe_str(n.name, 400) for n in inputs[:MAX_NAMES]],
+        "meta_keys": sorted(safe_str(k, 200) for k in keys),
         "fields": fields,
         "source": source_of_stack_trace(meta.get("stack_trace")),
     }
+    if len(inputs) > MAX_NAMES:
+        out["cut_inputs"] = len(inputs) - MAX_NAMES
+    if len(meta) > MAX_META_KEYS:
+        out["cut_meta_keys"] = len(meta) - MAX_META_KEYS
+    return out
 
 
 def snapshot_graph(graph: Any) -> dict[str, Any]:
-    """Snapshot an ``fx.Graph`` (or a GraphModule's graph)."""
+    """Snapshot an ``fx.Graph`` (or a GraphModule's graph).
+
+    Bounded: at most MAX_NODES nodes and MAX_GRAPH_BYTES packed bytes; the nodes past
+    a bound are counted in ``cut_nodes`` (and ``cut_reason`` says which bound).
+    """
     graph = getattr(graph, "graph", graph)
     nodes = []
     total = 0
+    size = 0
+    reason = None
     for node in graph.nodes:
         total += 1
-        if len(nodes) < MAX_NODES:
-            nodes.append(snapshot_node(node))
+        if reason is not None:
+            continue
+        if len(nodes) >= MAX_NODES:
+            reason = f"more than {MAX_NODES} nodes"
+            continue
+        snap = snapshot_node(node)
+        try:
+            size += len(_packer.pack(snap))
+        except Exception:  # noqa: BLE001 - the writer records why a record can't be packed
+            pass
+        if size > MAX_GRAPH_BYTES:
+            reason = f"the snapshot passed {MAX_GRAPH_BYTES} bytes"
+            continue
+        nodes.append(snap)
     out = {"graph_id": id(graph), "node_count": total, "nodes": nodes}
     if total > len(nodes):
         out["cut_nodes"] = total - len(nodes)
+        out["cut_reason"] = reason
     return out

@@ -10,6 +10,8 @@ first items, and for dataclasses the declared field names.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import itertools
 import sys
 from typing import Any
 
@@ -70,44 +72,66 @@ def safe_str(obj: Any, limit: int = MAX_STR) -> str:
 
 def _is_tensor(obj: Any) -> bool:
     torch = sys.modules.get("torch")
-    return torch is not None and isinstance(obj, torch.Tensor)
+    # issubclass on type(obj), never isinstance: isinstance may read obj.__class__, which runs user code.
+    return torch is not None and issubclass(type(obj), torch.Tensor)
+
+
+def _big_int(obj: int) -> dict[str, Any]:
+    # str() of an int past sys.get_int_max_str_digits() raises; the bit length never does.
+    return {"type": "int", "bits": int.bit_length(obj), "negative": obj < 0}
 
 
 def generic(obj: Any, depth: int = 0) -> Any:
-    """A bounded, safe snapshot of any object, for user probes and unknown values."""
-    if obj is None or isinstance(obj, (bool, int, float)):
-        if isinstance(obj, int) and not -(2**63) <= obj < 2**64:
-            return {"type": "int", "digits": len(str(abs(obj)))}
+    """A bounded, safe snapshot of any object, for user probes and unknown values.
+
+    Reads only ``type(obj)`` and, for the built-in containers (and their subclasses),
+    the built-in type's own length and iteration: no ``__repr__``, ``__str__``,
+    ``__getattr__``, ``__getattribute__``, ``__class__``, ``__len__``, ``__iter__``
+    or ``__getitem__`` of the object's class runs. Nesting is cut at MAX_DEPTH (so a
+    container that holds itself ends there) and every container at MAX_ITEMS items,
+    with the cut counted.
+    """
+    t = type(obj)
+    if obj is None or t in (bool, float):
         return obj
-    if isinstance(obj, str):
-        return cut_str(obj)
-    if isinstance(obj, (bytes, bytearray)):
-        return {"type": type(obj).__name__, "len": len(obj)}
+    if issubclass(t, int):
+        v = int.__index__(obj)  # an int subclass's own __index__/__repr__ never runs
+        if not -(2**63) <= v < 2**64:
+            return _big_int(v)
+        return v
+    if issubclass(t, float):
+        return float.__float__(obj)
+    if issubclass(t, str):
+        return cut_str(str.__str__(obj))
+    if issubclass(t, (bytes, bytearray)):
+        base = bytes if issubclass(t, bytes) else bytearray
+        return {"type": type_name(obj), "len": base.__len__(obj)}
     if _is_tensor(obj):
         try:
             return {"type": type_name(obj), "shape": list(obj.shape), "dtype": str(obj.dtype), "device": str(obj.device)}
-        except Exception:
+        except Exception:  # noqa: BLE001
             return {"type": type_name(obj)}
     if depth >= MAX_DEPTH:
         return {"type": type_name(obj), "cut": "depth"}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        items = list(obj)[:MAX_ITEMS] if not isinstance(obj, (set, frozenset)) else list(obj)[:MAX_ITEMS]
-        out = {"type": type_name(obj), "len": len(obj), "items": [generic(i, depth + 1) for i in items]}
-        if len(obj) > MAX_ITEMS:
-            out["cut"] = len(obj) - MAX_ITEMS
+    for base in (list, tuple, set, frozenset):
+        if issubclass(t, base):
+            n = base.__len__(obj)
+            items = list(itertools.islice(base.__iter__(obj), MAX_ITEMS))
+            out = {"type": type_name(obj), "len": n, "items": [generic(i, depth + 1) for i in items]}
+            if n > MAX_ITEMS:
+                out["cut"] = n - MAX_ITEMS
+            return out
+    if issubclass(t, dict):
+        n = dict.__len__(obj)
+        pairs = list(itertools.islice(dict.items(obj), MAX_ITEMS))
+        out = {"type": type_name(obj), "len": n,
+               "items": [[generic(k, depth + 1), generic(v, depth + 1)] for k, v in pairs]}
+        if n > MAX_ITEMS:
+            out["cut"] = n - MAX_ITEMS
         return out
-    if isinstance(obj, dict):
-        keys = list(obj.keys())[:MAX_ITEMS]
-        out = {
-            "type": type_name(obj),
-            "len": len(obj),
-            "items": [[generic(k, depth + 1), generic(obj[k], depth + 1)] for k in keys],
-        }
-        if len(obj) > MAX_ITEMS:
-            out["cut"] = len(obj) - MAX_ITEMS
-        return out
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {"type": type_name(obj), "fields": [f.name for f in dataclasses.fields(obj)]}
+    fields = inspect.getattr_static(t, "__dataclass_fields__", None)
+    if isinstance(fields, dict):
+        return {"type": type_name(obj), "fields": [str(k) for k in itertools.islice(fields, MAX_ITEMS)]}
     return {"type": type_name(obj)}
 
 

@@ -39,5 +39,12 @@ def to_data(model: dict[str, Any], kind: str = "report") -> dict[str, Any]:
     return {"format": FORMAT if kind == "report" else f"prov-trace-{kind}", "version": VERSION, **plain(model)}
 
 
+#: Characters json.dumps leaves raw with ensure_ascii=False that a terminal or a JavaScript parser may act on:
+#: DEL and the C1 controls (U+009B is a one-character CSI escape), and the JavaScript line separators.
+_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
 def render(model: dict[str, Any], kind: str = "report") -> str:
-    return json.dumps(to_data(model, kind), ensure_ascii=False, indent=1) + "\n"
+    text = json.dumps(to_data(model, kind), ensure_ascii=False, indent=1)
+    # JSON puts these only inside strings, where the \u escape means the same character.
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) + "\n"

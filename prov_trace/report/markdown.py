@@ -88,6 +88,14 @@ def render(model: dict[str, Any], max_rows: int = 400) -> str:
     if not tr["complete"]:
         out += [f"> **Partial trace.** {esc(tr['problem'] or 'the stream has no end record')}. "
                 "Everything below is what was recorded before that point.", ""]
+    if tr.get("repaired"):
+        out += [f"> **Malformed records.** {tr['repaired']} values in the trace did not have the type "
+                "docs/trace-format.md gives them and were read as empty (the file was changed, or written by "
+                "another tool).", ""]
+    stopped = tr.get("end") or {}
+    if stopped.get("outcome") in ("interrupted", "signal"):
+        out += [f"> **Run stopped early** ({esc(stopped.get('detail') or stopped.get('outcome'))}): the traced program "
+                "did not finish. The trace is whole up to the stop; stages the compile had not reached show as not observed.", ""]
     out += ["Measurement only: every count below is computed from one traced run; nothing is hand-written.", ""]
     out += _table(["", ""], [
         ["Run", code(" ".join(h.get("argv") or []))],
@@ -296,4 +304,5 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
     tr = model["trace"]
     if not tr["complete"]:
         out.append(f"  trace is partial: {tr['problem']}")
-    return out
+    # For a terminal: trace text (a stage name, a hook's reason) must not carry escape sequences.
+    return [clean(line) for line in out]

@@ -362,6 +362,12 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
     # Kernels that carry a provenance comment in the artifact, by name.
     art = stages.get(S.ARTIFACT)
     commented = {o["name"] for o in art["objects"] if o["fields"].get("provenance_comment", {}).get("populated")} if art else set()
+    # Each stage's objects by the source lines they carry, built once: a lookup per line, not a scan
+    # (a graph with thousands of distinct lines and nodes would otherwise take lines x objects).
+    by_line = {st: _by_line(data["objects"]) for st, data in stages.items() if data is not None and data["observed"]}
+    ks = stages.get(S.KERNEL_SPEC)
+    ks_by_line = _by_line(ks["objects"]) if ks else {}
+    sourceless = {}
     rows = []
     for line in lines:
         key = (line.get("file"), line.get("line"))
@@ -377,13 +383,11 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
             if st == S.ARTIFACT:
                 # The emitted file names no source lines: a line reaches it through the kernels that
                 # carry it at the kernel spec, when the file gives those kernels a provenance comment.
-                ks = stages.get(S.KERNEL_SPEC)
-                names = [o["name"] for o in (ks["objects"] if ks else [])
-                         if any((s.get("file"), s.get("line")) == key for s in o["sources"]) and o["name"] in commented]
+                names = [n for n in ks_by_line.get(key, []) if n in commented]
                 # An emitted object that names the line itself (a Spyre op key's debug_handle_) carries it directly.
-                names += [o["name"] for o in data["objects"] if any((s.get("file"), s.get("line")) == key for s in o["sources"])]
+                names += by_line[st].get(key, [])
             else:
-                names = [o["name"] for o in data["objects"] if any((s.get("file"), s.get("line")) == key for s in o["sources"])]
+                names = list(by_line[st].get(key, []))
             per_stage[st] = len(names)
             carriers[st] = names[:20]
         last = None
@@ -402,12 +406,27 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
             "file": line.get("file"), "line": line.get("line"), "text": line.get("text"),
             "counts": dict(per_stage), "carriers": carriers,
             "last_stage": last, "lost_at": lost,
-            "lost_by": _lost_by(stages, lost, carriers.get(last, []) if last else [], commented),
+            "lost_by": _lost_by(stages, lost, carriers.get(last, []) if last else [], commented, sourceless),
         })
     return rows
 
 
-def _lost_by(stages: dict[str, Any], lost: str | None, carriers: list[str], commented: set[str]) -> list[str]:
+def _by_line(objects: list[dict[str, Any]]) -> dict[tuple, list[str]]:
+    """(file, line) -> the names of the objects that carry that line, in object order, each once."""
+    index: dict[tuple, list[str]] = {}
+    for o in objects:
+        keys = []
+        for s in o["sources"]:
+            key = (s.get("file"), s.get("line"))
+            if key not in keys:
+                keys.append(key)
+        for key in keys:
+            index.setdefault(key, []).append(o["name"])
+    return index
+
+
+def _lost_by(stages: dict[str, Any], lost: str | None, carriers: list[str], commented: set[str],
+             cache: dict[str, dict[Any, list[int]]] | None = None) -> list[str]:
     """Name the objects at the losing stage that descend from the last carriers (by origins) but carry no source."""
     if not lost or not carriers:
         return []
@@ -416,15 +435,19 @@ def _lost_by(stages: dict[str, Any], lost: str | None, carriers: list[str], comm
     data = stages.get(lost)
     if not data:
         return []
-    wanted = set(carriers)
-    out = []
-    for o in data["objects"]:
-        if o["sources"]:
-            continue
-        links = set(o.get("origins") or []) | set(o.get("ops") or []) | ({o.get("origin_node")} if o.get("origin_node") else set())
-        if links & wanted:
-            out.append(o["name"])
-    return out[:20]
+    cache = {} if cache is None else cache
+    index = cache.get(lost)
+    if index is None:
+        # Link name -> positions of the sourceless objects it reaches, built once per stage.
+        index = cache[lost] = {}
+        for i, o in enumerate(data["objects"]):
+            if o["sources"]:
+                continue
+            links = set(o.get("origins") or []) | set(o.get("ops") or []) | ({o.get("origin_node")} if o.get("origin_node") else set())
+            for link in links:
+                index.setdefault(link, []).append(i)
+    hits = sorted({i for c in carriers for i in index.get(c, ())})
+    return [data["objects"][i]["name"] for i in hits[:20]]
 
 
 def _mappings(stages: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -485,7 +508,8 @@ def build(trace: Trace) -> dict[str, Any]:
     return {
         "header": {k: v for k, v in trace.header.items() if k not in ("kind", "seq", "t_ns")},
         "trace": {"path": trace.path, "bytes": trace.size, "records": len(trace.records) + 1,
-                  "complete": trace.complete, "problem": trace.problem, "end": trace.end},
+                  "complete": trace.complete, "problem": trace.problem, "end": trace.end,
+                  "repaired": getattr(trace, "repaired", 0)},
         "stage_order": stage_order,
         "stage_titles": {st: S.STAGE_TITLES.get(st, st) for st in stage_order},
         "symbols": {k: {"symbol": v[0], "meaning": v[1]} for k, v in SYMBOLS.items()},
@@ -504,7 +528,8 @@ def _snapshot_sources(value: Any, out: list[dict[str, Any]], seen: set, budget: 
     if isinstance(value, dict):
         src = value.get("source")
         for s in (src if isinstance(src, list) else [src]):
-            if isinstance(s, dict) and s.get("file") and s.get("line") is not None:
+            # A source names a file (str) and a line (int); anything else in a user payload is not one.
+            if isinstance(s, dict) and isinstance(s.get("file"), str) and s.get("file") and isinstance(s.get("line"), int):
                 key = (s.get("file"), s.get("line"))
                 if key not in seen:
                     seen.add(key)

@@ -14,17 +14,11 @@ from typing import Any, BinaryIO
 import msgpack
 
 from prov_trace import schema
+from prov_trace.report import conform
 
 #: No single record may be larger than this; a crafted length can't make the reader allocate more.
-MAX_RECORD_BYTES = 256 * 1024 * 1024
-_LIMITS = dict(
-    max_buffer_size=MAX_RECORD_BYTES,
-    max_str_len=64 * 1024 * 1024,
-    max_bin_len=64 * 1024 * 1024,
-    max_array_len=4 * 1024 * 1024,
-    max_map_len=1024 * 1024,
-    max_ext_len=1024,
-)
+MAX_RECORD_BYTES = schema.MAX_RECORD_BYTES
+_LIMITS = schema.READ_LIMITS
 
 
 class TraceReadError(Exception):
@@ -40,6 +34,8 @@ class Trace:
     end: dict[str, Any] | None = None
     #: None for a whole stream; else a sentence such as "incomplete at byte 1234".
     problem: str | None = None
+    #: Values that did not have their documented type and were replaced by an empty one (report/conform.py).
+    repaired: int = 0
 
     @property
     def complete(self) -> bool:
@@ -102,12 +98,16 @@ def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
             break
     if not records:
         raise TraceReadError(f"{path} is not a prov-trace trace: it holds no whole record")
+    repaired = 0
+    for i, rec in enumerate(records):
+        records[i], n = conform.record(rec)
+        repaired += n
     header = records[0]
     body = records[1:]
     end = body[-1] if body and body[-1].get("kind") == schema.END else None
     if end is None and problem is None:
         problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
-    return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem)
+    return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem, repaired=repaired)
 
 
 def _check_header(path: str, obj: Any) -> None:

@@ -67,6 +67,8 @@ class _Frame:
     frame_id: int
     code: types.CodeType
     call: int
+    #: The thread that made the call: an unwind found when tracing stops is written by another thread.
+    thread: dict[str, Any] | None = None
 
 
 class _ThreadState(threading.local):
@@ -293,7 +295,7 @@ class TraceSession:
                     self._all_stacks.append(stack)
         if phase == ENTRY:
             call = next(self._calls)
-            stack.append(_Frame(id(frame), code, call))
+            stack.append(_Frame(id(frame), code, call, _thread()))
             return call
         fid = id(frame)
         for i in range(len(stack) - 1, -1, -1):
@@ -310,7 +312,7 @@ class TraceSession:
             self.writer.write(schema.PROBE, {
                 "stage": state.hook.stage, "target": state.hook.target, "phase": "unwind",
                 "call": fr.call, "compile_id": None, "graph": None,
-                "thread": _thread(), "payload": {"why": why},
+                "thread": fr.thread or _thread(), "payload": {"why": why},
             })
             break
 
@@ -338,7 +340,10 @@ class TraceSession:
             self.writer.write(schema.ERROR, {**base, "error": _error(exc)})
             return
         base["probe_ns"] = time.perf_counter_ns() - t0
+        replaced = getattr(self.writer, "replaced", 0)
         self.writer.write(schema.PROBE, {**base, "payload": payload})
+        if getattr(self.writer, "replaced", 0) != replaced:  # the writer wrote an error record in its place
+            state.errors += 1
         if hook.keep:
             self.kept.append({**base, "payload": payload})
 
@@ -349,8 +354,18 @@ def _thread() -> dict[str, Any]:
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
-    tb = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8)
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": "".join(tb)[-6000:]}
+    """An exception as plain data. Its own ``__str__`` may raise too: that must not lose the record."""
+    try:
+        message = str(exc)
+        if not isinstance(message, str):
+            raise TypeError("__str__ returned a non-string")
+    except Exception as inner:  # noqa: BLE001
+        message = f"<str() of the exception raised {type(inner).__name__}>"
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=8))
+    except Exception as inner:  # noqa: BLE001
+        tb = f"<the traceback could not be formatted: {type(inner).__name__}>"
+    return {"type": type(exc).__name__, "message": message[:2000], "traceback": tb[-6000:]}
 
 
 def _installed_version(dist: str) -> str | None:
