@@ -64,6 +64,10 @@ def write_atomic(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
+        # mkstemp makes the file 0600; give it the mode a plain open() would (0666 less the umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -95,6 +99,7 @@ def build_report(trace_path: str) -> dict[str, Any]:
 
     return build(read_trace(trace_path))
 
+
 FORMATS = ("auto", "md", "html", "json")
 _FORMAT_HELP = "Report format: md, html (one self-contained file), json. `auto` takes it from the output's suffix (.html, .json), else md."
 
@@ -119,7 +124,6 @@ def render_report(model: dict[str, Any], fmt: str) -> str:
     from prov_trace.report import markdown
 
     return markdown.render(model)
-
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EXIT_HELP)
@@ -191,8 +195,8 @@ class _RunCommand(click.Command):
               help="Leave Inductor's caches on. By default they are defeated: a cache hit skips lowering and "
                    "codegen, and stages after post-grad would never fire.")
 def run(target: str | None, args: tuple[str, ...], module_name: str | None, output: str, report_path: str,
-        report_format: str, no_report: bool, profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
-        backend: str, input_shape: str | None, dtype: str, device: str, eval_mode: bool, keep_caches: bool) -> None:
+        report_format: str, no_report: bool, profile: str, probe_specs: tuple[str, ...], probes_file: str | None, backend: str,
+        input_shape: str | None, dtype: str, device: str, eval_mode: bool, keep_caches: bool) -> None:
     """Trace one compile: a model target, a script, or a module.
 
     \b
@@ -572,7 +576,6 @@ def check(trace: str, rules: tuple[str, ...], graphs: tuple[str, ...]) -> None:
     if model["trace"]["problem"]:
         _say(f"the trace is partial: {model['trace']['problem']}")
     raise click.exceptions.Exit(EXIT_OK if all(r["holds"] for r in results) else 1)
-
 
 
 _TARGETS_EXIT_HELP = """\b

@@ -97,4 +97,8 @@ def test_training_script_unmodified(train_script):
     labels = [g["label"] for g in model["graphs"]]
     assert "0/0 forward" in labels and "0/0 backward" in labels, labels
     assert len(labels) > 2, f"the compiled optimizer step was not traced: {labels}"
+    # Frames Dynamo compiled without producing a graph (the optimizer's wrappers) are listed apart,
+    # not shown as graphs whose every stage is missing.
+    assert all(g["stages"]["post_grad"]["observed"] for g in model["graphs"]), labels
+    assert model["frames_without_graph"], "the optimizer's wrapper frames should be listed"
     assert "step 2: loss" in train_script.proc.stdout

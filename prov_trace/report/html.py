@@ -200,6 +200,10 @@ def render(model: dict[str, Any], max_rows: int = 2000) -> str:
     rows = [[h(g["label"])] + [str(len(g["stages"][st]["objects"])) if g["stages"][st]["observed"] else "⚠" for st in order]
             for g in model["graphs"]]
     out.append(_table(["Graph"] + [h(titles[st]) for st in order], rows))
+    if model.get("frames_without_graph"):
+        out.append("<p>Frames Dynamo compiled that produced no graph: " + ", ".join(
+            f"{h(f['compile_id'])} <code>{h(f.get('qualname'))}</code> (<code>{h(f.get('file'))}:{h(f.get('line'))}</code>)"
+            for f in model["frames_without_graph"]) + ".</p>")
     out.append('<h2>Legend</h2><p class="legend">' + "".join(
         f'<span class="st-{h(k)}">{h(GLYPHS.get(k) or v["symbol"])} {h(v["meaning"])}</span><br>' for k, v in symbols.items()) + "</p>" + "</div>")
 

@@ -32,9 +32,12 @@ def esc(text: Any) -> str:
 
 
 def code(text: Any) -> str:
-    """Inline code span that cannot be closed early and renders no HTML."""
+    """Inline code span that cannot be closed early and renders no HTML.
+
+    A code span's content is literal in CommonMark (`<script>` shows as text), so it is not
+    HTML-escaped: an entity there would show as `&lt;`. Its fence is longer than any backtick run inside.
+    """
     s = clean(text).replace("\n", " ").replace("|", "\\|")
-    s = html.escape(s, quote=False)
     fence = "`"
     while fence in s:
         fence += "`"
@@ -111,7 +114,13 @@ def render(model: dict[str, Any], max_rows: int = 400) -> str:
     for g in model["graphs"]:
         rows.append([esc(g["label"])] + [str(len(g["stages"][st]["objects"])) if g["stages"][st]["observed"] else "⚠" for st in order])
     out += _table(["Graph"] + [esc(titles[st]) for st in order], rows)
-    out += ["", "Objects per stage: source lines, FX nodes, IR ops, kernels, kernels found in the emitted file.", ""]
+    out += ["", "Objects per stage: source lines, FX nodes, IR ops, kernels, kernels found in the emitted file. "
+            "The kernel spec counts each kernel Inductor defines or calls (extern kernels once per call); "
+            "the artifact counts each kernel the emitted file defines, and each extern call in it.", ""]
+    if model.get("frames_without_graph"):
+        out += ["Frames Dynamo compiled that produced no graph: " + ", ".join(
+            f"{esc(f['compile_id'])} {code(f.get('qualname'))} ({code(_short(f.get('file')))}:{f.get('line')})"
+            for f in model["frames_without_graph"]) + ".", ""]
 
     out += ["## Stage × Field matrix", "", "Symbols:", ""]
     out += [f"- {v['symbol']} {esc(v['meaning'])}" for v in symbols.values()]

@@ -479,7 +479,16 @@ def build(trace: Trace) -> dict[str, Any]:
         if st and st not in stage_order:
             stage_order.append(st)
     graphs = []
+    frames_without_graph = []
     for (cid, kind), by_stage in _group(trace).items():
+        if kind is None and set(by_stage) <= {S.SOURCE}:
+            # Dynamo compiled the frame but produced no graph (nothing to capture, or it fell back
+            # to eager): a fact about the run, not a graph with every stage missing.
+            for r in by_stage.get(S.SOURCE, []):
+                p = r.get("payload") or {}
+                frames_without_graph.append({"compile_id": cid, "file": p.get("file"), "line": p.get("first_line"),
+                                             "qualname": p.get("qualname")})
+            continue
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
             recs = by_stage.get(st, [])
@@ -516,6 +525,7 @@ def build(trace: Trace) -> dict[str, Any]:
         "hooks": hooks,
         "errors": errors,
         "graphs": graphs,
+        "frames_without_graph": frames_without_graph,
         "summary": _summary(graphs, hooks, stage_order),
     }
 
