@@ -3,7 +3,8 @@
     python bench/overhead.py [--runs N] [--model mlp|encoder|all] [--no-micro]
 
 Every case runs in a fresh process that imports torch, builds the model, then
-times only ``torch.compile(model)`` plus the first call (under ``no_grad``,
+times (wall clock, and CPU time of the process and its reaped children, i.e.
+the C++ compiler) only ``torch.compile(model)`` plus the first call (under ``no_grad``,
 caches defeated, the way ``prov-trace run`` does it), including starting and
 stopping the tracer. The cases are interleaved: run 1 of every case, then run 2
 of every case, and so on, each round starting at a different case, so drift in
@@ -14,6 +15,19 @@ the machine's load spreads over all of them. Cases:
     inject        prov-trace, inject backend (3.11-3.13)
     settrace      prov-trace, settrace backend
     patch         the same probes captured by monkey-patching (bench/patch_capture.py)
+
+"in probes" is the sum of the records' probe_ns: the time the probes spent
+snapshotting. "in tracer" is all the time spent in the tracer's own code: its
+start and stop, resolving and installing targets as their modules are imported
+(for inject, rewriting the bytecode), and every event, probes included, in CPU
+time of the thread (for the patch case: installing and removing the patches,
+not the imports of the target modules, which the compile makes anyway; time in
+its wrappers outside the probes is not counted). "in probes" is wall time (the
+records' own field), "in tracer" thread CPU time: both are measured inside the
+process, so they are far less hostage to the machine's load than the totals.
+Not in them: event delivery before the tracer's code runs (the sys.monitoring
+or settrace callback, the injected call), and settrace's filter calls for every
+non-target frame, which is what makes settrace slow.
 
 Then a microbenchmark, in one process: ns per call of a function that is NOT a
 target while each backend is active (and of one that is, with a no-op dispatch),
@@ -69,7 +83,8 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
     import gc
 
     gc.collect()
-    trace_bytes = records = None
+    trace_bytes = records = own = None
+    c0 = _cpu_seconds()
     t0 = time.perf_counter()
     if case == "untraced":
         runner.run_model(model, inputs, train=False)
@@ -80,9 +95,21 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
         from prov_trace.probes.profiles import INDUCTOR_CPU
         from prov_trace.tracer.stream import TraceWriter
 
+        import importlib
+
+        for hook in INDUCTOR_CPU.hooks:  # the compile imports these anyway: not counted as the capture's own time
+            importlib.import_module(hook.target.split(":")[0])
         writer = TraceWriter(trace_path)
-        with PatchCapture(writer, INDUCTOR_CPU) as cap:
+        cap = PatchCapture(writer, INDUCTOR_CPU)
+        s0 = time.thread_time()
+        cap.install()
+        own = time.thread_time() - s0
+        try:
             runner.run_model(model, inputs, train=False)
+        finally:
+            s0 = time.thread_time()
+            cap.uninstall()
+            own += time.thread_time() - s0
         records = writer.records_written
         if cap.missed:
             print(f"patch capture missed: {cap.missed}", file=sys.stderr)
@@ -91,18 +118,60 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
         from prov_trace.tracer.session import TraceSession
         from prov_trace.tracer.stream import TraceWriter
 
+        class TimedSession(TraceSession):
+            """Adds up the time spent in the tracer's own code: start, stop, late installs, every event."""
+
+            own_ns = 0
+
+            def _dispatch(self, *a):
+                t = time.thread_time_ns()
+                try:
+                    return super()._dispatch(*a)
+                finally:
+                    TimedSession.own_ns += time.thread_time_ns() - t
+
+            def _on_module_loaded(self, name):
+                t = time.thread_time_ns()
+                try:
+                    return super()._on_module_loaded(name)
+                finally:
+                    TimedSession.own_ns += time.thread_time_ns() - t
+
         writer = TraceWriter(trace_path)
-        session = TraceSession(writer, INDUCTOR_CPU, backend=case, log=lambda msg: None)
+        session = TimedSession(writer, INDUCTOR_CPU, backend=case, log=lambda msg: None)
+        s0 = time.thread_time_ns()
         session.start()
+        TimedSession.own_ns += time.thread_time_ns() - s0
         try:
             runner.run_model(model, inputs, train=False)
         finally:
+            s0 = time.thread_time_ns()
             session.stop("ok")
+            TimedSession.own_ns += time.thread_time_ns() - s0
         records = writer.records_written
+        own = TimedSession.own_ns / 1e9
     wall = time.perf_counter() - t0
+    cpu = _cpu_seconds() - c0
+    probe_s = None
     if case != "untraced":
         trace_bytes = os.path.getsize(trace_path)
-    return {"case": case, "model": model_name, "wall_s": wall, "trace_bytes": trace_bytes, "records": records}
+        probe_s = _probe_seconds(trace_path)
+    return {"case": case, "model": model_name, "wall_s": wall, "cpu_s": cpu, "trace_bytes": trace_bytes,
+            "records": records, "probe_s": probe_s, "own_s": own}
+
+
+def _probe_seconds(trace_path: str) -> float:
+    """The time the probes themselves took (the sum of the records' probe_ns), measured inside the process."""
+    import msgpack
+
+    with open(trace_path, "rb") as f:
+        return sum(r.get("probe_ns") or 0 for r in msgpack.Unpacker(f, raw=False) if r.get("kind") == "probe") / 1e9
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its reaped children (the C++ compiler): less hostage to other load than wall time."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 # --- the microbenchmark ----------------------------------------------------------------------
@@ -192,7 +261,7 @@ def compile_bench(models: list[str], runs: int, warmup: int, env: dict) -> list[
                 res = json.loads(proc.stdout.strip().splitlines()[-1])
                 res["run"] = r
                 label = "warm-up" if r < 0 else f"run {r + 1}"
-                print(f"  {label:8} {case:11} {res['wall_s']:8.2f} s"
+                print(f"  {label:8} {case:11} {res['wall_s']:8.2f} s wall {res['cpu_s']:8.2f} s cpu"
                       + (f"  {res['trace_bytes']:>10,} B" if res["trace_bytes"] else ""), flush=True)
                 if os.path.exists(trace):
                     os.unlink(trace)
@@ -204,17 +273,25 @@ def compile_bench(models: list[str], runs: int, warmup: int, env: dict) -> list[
 def print_compile_table(results: list[dict]) -> None:
     for model in dict.fromkeys(r["model"] for r in results):
         rows = [r for r in results if r["model"] == model]
-        base = statistics.median(r["wall_s"] for r in rows if r["case"] == "untraced")
         n = len([r for r in rows if r["case"] == "untraced"])
-        print(f"\n{model}: compile + first call, wall seconds over {n} runs")
-        print(f"  {'case':11} {'median':>8} {'min-max':>15} {'vs untraced':>12} {'trace size':>12}")
+        print(f"\n{model}: compile + first call, seconds over {n} runs (median, min-max, median vs untraced's median)")
+        print(f"  {'case':11} {'wall':>8} {'min-max':>13} {'vs untraced':>11}   {'cpu':>8} {'min-max':>13} "
+              f"{'vs untraced':>11} {'trace size':>12} {'in probes':>10} {'in tracer':>10} {'= of cpu':>8}")
+        base = {k: statistics.median(r[k] for r in rows if r["case"] == "untraced") for k in ("wall_s", "cpu_s")}
         for case in dict.fromkeys(r["case"] for r in rows):
-            vals = [r["wall_s"] for r in rows if r["case"] == case]
-            med, lo, hi = _spread(vals)
+            line = f"  {case:11}"
+            for key in ("wall_s", "cpu_s"):
+                med, lo, hi = _spread([r[key] for r in rows if r["case"] == case])
+                ratio = f"{(med / base[key] - 1) * 100:+.1f}%" if case != "untraced" else "-"
+                line += f" {med:8.2f} {lo:6.2f}-{hi:<6.2f} {ratio:>11}  "
             sizes = [r["trace_bytes"] for r in rows if r["case"] == case and r["trace_bytes"]]
-            size = f"{int(statistics.median(sizes)):,} B" if sizes else "-"
-            ratio = f"{(med / base - 1) * 100:+.1f}%" if case != "untraced" else "-"
-            print(f"  {case:11} {med:8.2f} {lo:7.2f}-{hi:<7.2f} {ratio:>12} {size:>12}")
+            line += f" {int(statistics.median(sizes)):>10,} B" if sizes else f" {'-':>12}"
+            probes = [r["probe_s"] for r in rows if r["case"] == case and r.get("probe_s") is not None]
+            line += f" {statistics.median(probes):8.3f} s" if probes else f" {'-':>10}"
+            owns = [r["own_s"] for r in rows if r["case"] == case and r.get("own_s") is not None]
+            if owns:
+                line += f" {statistics.median(owns):8.3f} s {statistics.median(owns) / base['cpu_s'] * 100:7.2f}%"
+            print(line)
 
 
 def print_micro(res: dict, calls: int, repeats: int) -> None:
@@ -240,6 +317,7 @@ def main() -> None:
     ap.add_argument("--micro-calls", type=int, default=200_000)
     ap.add_argument("--micro-repeats", type=int, default=9)
     ap.add_argument("--json", metavar="FILE", help="also write the raw results here")
+    ap.add_argument("--table", metavar="FILE", help="print the tables of a --json file again, run nothing")
     # internal: one case in a child process
     ap.add_argument("--case", help=argparse.SUPPRESS)
     ap.add_argument("--trace", help=argparse.SUPPRESS)
@@ -247,6 +325,16 @@ def main() -> None:
 
     if args.case:
         print(json.dumps(run_case(args.case, args.model, args.trace)))
+        return
+
+    if args.table:
+        with open(args.table) as f:
+            saved = json.load(f)
+        print(f"python {saved['python']}; {saved['nproc']} CPUs: {saved['cpu']}")
+        if saved.get("compile"):
+            print_compile_table(saved["compile"])
+        if saved.get("micro"):
+            print_micro(saved["micro"], saved.get("micro_calls", 0), saved.get("micro_repeats", 0))
         return
 
     import platform
@@ -272,6 +360,7 @@ def main() -> None:
         res = micro(args.micro_calls, args.micro_repeats)
         print_micro(res, args.micro_calls, args.micro_repeats)
         out["micro"] = res
+        out["micro_calls"], out["micro_repeats"] = args.micro_calls, args.micro_repeats
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

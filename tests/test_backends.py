@@ -92,8 +92,8 @@ def backend(request) -> str:
 
 
 class Traced:
-    def __init__(self, tmp_path, backend: str, *names: str):
-        self.path = tmp_path / f"{backend}.msgpack"
+    def __init__(self, tmp_path, backend: str, *names: str, file: str | None = None):
+        self.path = tmp_path / (file or f"{backend}.msgpack")
         self.logs: list[str] = []
         self.session = TraceSession(TraceWriter(self.path), Profile("toy", "toy targets", _hooks(*names)),
                                     backend=backend, log=self.logs.append)
@@ -231,6 +231,23 @@ def test_inject_falls_back_to_settrace_for_a_code_with_no_function(tmp_path, cap
     assert t.hooks()[f"{MOD}:make_adder.<locals>.add"]["installed"]
     err = capsys.readouterr().err
     assert "inject can't instrument make_adder.<locals>.add" in err and "settrace instead" in err
+
+
+def test_two_inject_sessions_on_one_function(tmp_path, capsys):
+    _available("inject")
+    _available("settrace")
+    original = target_add.__code__
+    with Traced(tmp_path, "inject", "target_add", file="outer.msgpack") as outer:
+        rewritten = target_add.__code__
+        with Traced(tmp_path, "inject", "target_add", file="inner.msgpack") as inner:
+            assert target_add.__code__ is rewritten  # the inner session watches the outer's rewrite with settrace
+            assert target_add(1, 2) == 6
+        assert sys.gettrace() is None
+        assert target_add(2, 2) == 8
+    assert target_add.__code__ is original
+    assert [(r["phase"], r["payload"]["retval"]) for r in inner.probes()] == [(ENTRY, "None"), (RETURN, 6)]
+    assert [r["payload"]["retval"] for r in outer.probes() if r["phase"] == RETURN] == [6, 8]
+    assert "another prov-trace session has already rewritten its __code__" in capsys.readouterr().err
 
 
 def test_inject_refuses_a_generator_in_one_sentence(tmp_path):

@@ -69,11 +69,10 @@ def _log(msg: str) -> None:
 
 @dataclass
 class _Rewrite:
-    code: types.CodeType          # the target's code object, reported to the session
-    previous: types.CodeType      # what __code__ held before (``code`` unless another tracer rewrote it); stop() restores it
+    code: types.CodeType          # the original: reported to the session, restored by stop()
     new_code: types.CodeType
     function: Any
-    phases: frozenset[str]
+    phases: set[str]              # the phases dispatched; the probe reads it on every call
 
 
 class InjectBackend(Backend):
@@ -87,6 +86,9 @@ class InjectBackend(Backend):
         self._settrace: SettraceBackend | None = None
         #: id(code) -> (code, why) for the codes watched by the settrace fallback.
         self.fallbacks: dict[int, tuple[types.CodeType, str]] = {}
+        #: id(code object the fallback's frames run) -> the target's code object reported for it.
+        self._aliases: dict[int, types.CodeType] = {}
+        self._runs: dict[int, types.CodeType] = {}   # id(target code) -> the code its frames run
         self.log: Callable[[str], None] = _log
 
     @classmethod
@@ -117,30 +119,30 @@ class InjectBackend(Backend):
             )
         done = self._rewrites.get(id(code))
         if done is not None and done.code is code:
-            if phases <= done.phases:
-                return
-            if done.function.__code__ is not done.new_code:
-                raise BackendUnavailable(f"{code.co_qualname}.__code__ was replaced by someone else while traced")
-            self._rewrite(code, phases | done.phases, done.function, done.previous)
+            done.phases.update(phases)  # both probe calls are always compiled in; this only widens the filter
             return
         if id(code) in self.fallbacks and self.fallbacks[id(code)][0] is code:
             assert self._settrace is not None
-            self._settrace.watch(code, phases)
+            self._settrace.watch(self._runs[id(code)], phases)
             return
         if function is None:
             self._fall_back(code, phases, "there is no function object whose __code__ could be replaced "
                                           "(a nested function is made afresh on every call)")
             return
         current = getattr(function, "__code__", None)
-        # `current` is `code`, or a rewrite of it by another tracer that resolution saw through.
-        if not isinstance(current, types.CodeType) or original_code(current) is not code:
-            self._fall_back(code, phases, f"{function!r} does not hold this code object in __code__")
+        if current is not code:
+            if isinstance(current, types.CodeType) and original_code(current) is code:
+                why = "another prov-trace session has already rewritten its __code__"
+            else:
+                why = f"{function!r} does not hold this code object in __code__"
+            self._fall_back(code, phases, why, runs=current if isinstance(current, types.CodeType) else code)
             return
-        self._rewrite(code, phases, function, current)
+        self._rewrite(code, phases, function)
 
-    def _rewrite(self, code: types.CodeType, phases: frozenset[str], function: Any, previous: types.CodeType) -> None:
+    def _rewrite(self, code: types.CodeType, phases: frozenset[str], function: Any) -> None:
+        wanted = set(phases)
         try:
-            new_code = instrument(previous, _make_probe(code, self), phases)
+            new_code = instrument(code, _make_probe(code, self, wanted), frozenset((ENTRY, RETURN)))
         except Exception as exc:  # noqa: BLE001 - any bytecode it can't rewrite
             self._fall_back(code, phases, f"its bytecode could not be rewritten ({type(exc).__name__}: {exc})")
             return
@@ -149,11 +151,8 @@ class InjectBackend(Backend):
         except (AttributeError, TypeError, ValueError) as exc:
             self._fall_back(code, phases, f"its __code__ can't be assigned ({exc})")
             return
-        old = self._rewrites.get(id(code))
-        if old is not None:
-            REPLACED_CODE.pop(id(old.new_code), None)
         REPLACED_CODE[id(new_code)] = (new_code, code)
-        self._rewrites[id(code)] = _Rewrite(code, previous, new_code, function, frozenset(phases))
+        self._rewrites[id(code)] = _Rewrite(code, new_code, function, wanted)
 
     def stop(self) -> None:
         self._dispatch = None  # probes still running in live frames go quiet at once
@@ -161,7 +160,7 @@ class InjectBackend(Backend):
         for rw in self._rewrites.values():
             REPLACED_CODE.pop(id(rw.new_code), None)
             if rw.function.__code__ is rw.new_code:
-                rw.function.__code__ = rw.previous
+                rw.function.__code__ = rw.code
             else:
                 problems.append(rw.code.co_qualname)
         self._rewrites.clear()
@@ -169,10 +168,14 @@ class InjectBackend(Backend):
             self._settrace.stop()
             self._settrace = None
         self.fallbacks.clear()
+        self._aliases.clear()
+        self._runs.clear()
         if problems:
             self.log("left __code__ alone where someone replaced it while traced: " + ", ".join(problems))
 
-    def _fall_back(self, code: types.CodeType, phases: frozenset[str], why: str) -> None:
+    def _fall_back(self, code: types.CodeType, phases: frozenset[str], why: str,
+                   runs: types.CodeType | None = None) -> None:
+        """Watch `code` with settrace; `runs` is the code object its frames actually execute, when not `code`."""
         if self._settrace is None:
             st = SettraceBackend()
             try:
@@ -180,23 +183,26 @@ class InjectBackend(Backend):
             except BackendUnavailable as exc:
                 raise BackendUnavailable(f"inject can't instrument it: {why}; and the settrace fallback can't run: {exc}") from None
             self._settrace = st
-        self._settrace.watch(code, phases)
+        runs = code if runs is None else runs
+        self._settrace.watch(runs, phases)
+        self._aliases[id(runs)] = code
+        self._runs[id(code)] = runs
         self.fallbacks[id(code)] = (code, why)
         self.log(f"inject can't instrument {code.co_qualname}: {why}; watching it with settrace instead")
 
     def _dispatch_fallback(self, code: types.CodeType, phase: str, frame: types.FrameType, retval: Any) -> None:
         dispatch = self._dispatch
         if dispatch is not None:
-            dispatch(code, phase, frame, retval)
+            dispatch(self._aliases.get(id(code), code), phase, frame, retval)
 
 
-def _make_probe(code: types.CodeType, backend: InjectBackend) -> Callable[[str, Any], None]:
+def _make_probe(code: types.CodeType, backend: InjectBackend, wanted: set[str]) -> Callable[[str, Any], None]:
     """The callable compiled into the new code: it reports against the original code object."""
     getframe = sys._getframe
 
     def probe(phase: str, retval: Any) -> None:
         dispatch = backend._dispatch
-        if dispatch is not None:
+        if dispatch is not None and phase in wanted:
             try:
                 dispatch(code, phase, getframe(1), retval)
             except Exception:  # noqa: BLE001 - never into the host (the session already catches its own)
@@ -226,7 +232,7 @@ def instrument(code: types.CodeType, probe: Callable[[str, Any], None], phases: 
         seq += [Instr("CALL", 2, location=loc), Instr("POP_TOP", location=loc)]
         return seq
 
-    bc = Bytecode.from_code(code)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     out: list = []
     entered = ENTRY not in phases
     for ins in bc:
@@ -249,7 +255,16 @@ def instrument(code: types.CodeType, probe: Callable[[str, Any], None], phases: 
     # Seed the local names in their original order (bytecode would number them by first use),
     # so co_varnames, and the order of frame.f_locals, stay as they were.
     bc.argnames = list(code.co_varnames)
-    new = bc.to_code()
+    # Each inserted sequence is balanced and pushes at most 4 values above the depth at its
+    # point, so the new stack size is known, and the exception table's depths (read from the
+    # original) stay right: no control-flow analysis needed, which is most of bytecode's cost.
+    concrete = bc.to_concrete_bytecode(compute_exception_stack_depths=False)
+    for entry in concrete.exception_table or ():
+        # bytecode 0.19 can lay out an empty range when it re-reads code it wrote itself;
+        # assembling that would loop forever, so refuse (the caller falls back to settrace).
+        if entry.stop_offset < entry.start_offset or entry.stack_depth < 0:
+            raise RuntimeError("the rewritten exception table has an empty range")
+    new = concrete.to_code(stacksize=code.co_stacksize + 4, compute_exception_stack_depths=False)
     for attr in ("co_name", "co_qualname", "co_filename", "co_firstlineno", "co_argcount",
                  "co_posonlyargcount", "co_kwonlyargcount", "co_varnames", "co_freevars", "co_cellvars", "co_flags"):
         if getattr(new, attr) != getattr(code, attr):
