@@ -1,6 +1,7 @@
 """What tracing costs: compile wall time per backend, against no tracer and against monkey-patching.
 
-    python bench/overhead.py [--runs N] [--model mlp|encoder|all] [--no-micro]
+    python bench/overhead.py [--runs N] [--model mlp|encoder|all] [--cases A,B] [--no-micro] [--json FILE]
+    python bench/overhead.py --table FILE      # the tables of a saved --json run, again
 
 Every case runs in a fresh process that imports torch, builds the model, then
 times (wall clock, and CPU time of the process and its reaped children, i.e.
@@ -16,13 +17,15 @@ the machine's load spreads over all of them. Cases:
     settrace      prov-trace, settrace backend
     patch         the same probes captured by monkey-patching (bench/patch_capture.py)
 
-"in probes" is the sum of the records' probe_ns: the time the probes spent
+"paired" is the median, over rounds, of a case's CPU time over the untraced
+run of the same round: it cancels the drift of the machine's speed between
+rounds. "in probes" is the sum of the records' probe_ns: the time the probes spent
 snapshotting. "in tracer" is all the time spent in the tracer's own code: its
 start and stop, resolving and installing targets as their modules are imported
 (for inject, rewriting the bytecode), and every event, probes included, in CPU
 time of the thread (for the patch case: installing and removing the patches,
-not the imports of the target modules, which the compile makes anyway; time in
-its wrappers outside the probes is not counted). "in probes" is wall time (the
+not the imports of the target modules, which the compile makes anyway, plus
+its probes' time; its wrappers' own binding of arguments is not counted). "in probes" is wall time (the
 records' own field), "in tracer" thread CPU time: both are measured inside the
 process, so they are far less hostage to the machine's load than the totals.
 Not in them: event delivery before the tracer's code runs (the sys.monitoring
@@ -83,6 +86,16 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
     import gc
 
     gc.collect()
+    gc_ns = [0, 0, 0]  # total, collections, start of the current one
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_ns[2] = time.perf_counter_ns()
+        else:
+            gc_ns[0] += time.perf_counter_ns() - gc_ns[2]
+            gc_ns[1] += 1
+
+    gc.callbacks.append(on_gc)
     trace_bytes = records = own = None
     c0 = _cpu_seconds()
     t0 = time.perf_counter()
@@ -152,12 +165,13 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
         own = TimedSession.own_ns / 1e9
     wall = time.perf_counter() - t0
     cpu = _cpu_seconds() - c0
+    gc.callbacks.remove(on_gc)
     probe_s = None
     if case != "untraced":
         trace_bytes = os.path.getsize(trace_path)
         probe_s = _probe_seconds(trace_path)
     return {"case": case, "model": model_name, "wall_s": wall, "cpu_s": cpu, "trace_bytes": trace_bytes,
-            "records": records, "probe_s": probe_s, "own_s": own}
+            "records": records, "probe_s": probe_s, "own_s": own, "gc_s": gc_ns[0] / 1e9, "gc_collections": gc_ns[1]}
 
 
 def _probe_seconds(trace_path: str) -> float:
@@ -238,8 +252,8 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def compile_bench(models: list[str], runs: int, warmup: int, env: dict) -> list[dict]:
-    cases = available_cases()
+def compile_bench(models: list[str], runs: int, warmup: int, env: dict, only: list[str] | None = None) -> list[dict]:
+    cases = [c for c in available_cases() if not only or c in only]
     results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="prov-trace-bench-") as tmp:
         for model in models:
@@ -276,7 +290,7 @@ def print_compile_table(results: list[dict]) -> None:
         n = len([r for r in rows if r["case"] == "untraced"])
         print(f"\n{model}: compile + first call, seconds over {n} runs (median, min-max, median vs untraced's median)")
         print(f"  {'case':11} {'wall':>8} {'min-max':>13} {'vs untraced':>11}   {'cpu':>8} {'min-max':>13} "
-              f"{'vs untraced':>11} {'trace size':>12} {'in probes':>10} {'in tracer':>10} {'= of cpu':>8}")
+              f"{'vs untraced':>11} {'paired':>7} {'trace size':>12} {'in probes':>10} {'in tracer':>10} {'= of cpu':>8}")
         base = {k: statistics.median(r[k] for r in rows if r["case"] == "untraced") for k in ("wall_s", "cpu_s")}
         for case in dict.fromkeys(r["case"] for r in rows):
             line = f"  {case:11}"
@@ -284,11 +298,21 @@ def print_compile_table(results: list[dict]) -> None:
                 med, lo, hi = _spread([r[key] for r in rows if r["case"] == case])
                 ratio = f"{(med / base[key] - 1) * 100:+.1f}%" if case != "untraced" else "-"
                 line += f" {med:8.2f} {lo:6.2f}-{hi:<6.2f} {ratio:>11}  "
+            if case != "untraced":
+                # Paired: this case's cpu time over the untraced run of the same round, median over rounds.
+                base_by_run = {r["run"]: r["cpu_s"] for r in rows if r["case"] == "untraced"}
+                paired = [r["cpu_s"] / base_by_run[r["run"]] - 1 for r in rows
+                          if r["case"] == case and r["run"] in base_by_run]
+                line += f"{statistics.median(paired) * 100:+7.1f}%" if paired else f"{'-':>8}"
+            else:
+                line += f"{'-':>8}"
             sizes = [r["trace_bytes"] for r in rows if r["case"] == case and r["trace_bytes"]]
             line += f" {int(statistics.median(sizes)):>10,} B" if sizes else f" {'-':>12}"
             probes = [r["probe_s"] for r in rows if r["case"] == case and r.get("probe_s") is not None]
             line += f" {statistics.median(probes):8.3f} s" if probes else f" {'-':>10}"
-            owns = [r["own_s"] for r in rows if r["case"] == case and r.get("own_s") is not None]
+            # The patch case's own_s is installing and removing the patches; its probes run outside that.
+            owns = [r["own_s"] + (r.get("probe_s") or 0 if case == "patch" else 0)
+                    for r in rows if r["case"] == case and r.get("own_s") is not None]
             if owns:
                 line += f" {statistics.median(owns):8.3f} s {statistics.median(owns) / base['cpu_s'] * 100:7.2f}%"
             print(line)
@@ -312,6 +336,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1, help="untimed untraced runs first, per model (default 1)")
     ap.add_argument("--compile-threads", default="1",
                     help="TORCHINDUCTOR_COMPILE_THREADS for every case (default 1: no compile worker pool, less noise)")
+    ap.add_argument("--cases", metavar="A,B", help="only these cases (default: untraced, every backend available, patch)")
     ap.add_argument("--no-micro", action="store_true", help="skip the per-call microbenchmark")
     ap.add_argument("--micro-only", action="store_true", help="run only the microbenchmark")
     ap.add_argument("--micro-calls", type=int, default=200_000)
@@ -352,7 +377,8 @@ def main() -> None:
     if not args.micro_only:
         models = ["mlp", "encoder"] if args.model == "all" else [args.model]
         started = time.time()
-        results = compile_bench(models, args.runs, args.warmup, env)
+        only = [c.strip() for c in args.cases.split(",")] if args.cases else None
+        results = compile_bench(models, args.runs, args.warmup, env, only)
         print_compile_table(results)
         print(f"\n(compile benchmark took {time.time() - started:.0f} s)")
         out["compile"] = results

@@ -27,10 +27,20 @@ Not instrumented, and why:
 * generators and coroutines: their "return" is every ``yield`` suspension and
   their "entry" every resumption; the target is refused with a sentence.
 * a code object with no function to assign to (a ``<locals>`` function, whose
-  function objects are made afresh on every call) or whose ``__code__`` cannot
-  be assigned: it is watched by a ``settrace`` backend started for these codes
+  function objects are made afresh on every call), one whose ``__code__`` cannot
+  be assigned or rewritten, or one another prov-trace session has already
+  rewritten: it is watched by a ``settrace`` backend started for these codes
   only, and a line on stderr says so. That fallback covers the thread that
   started it and threads started later, not threads already running.
+
+The rewrite keeps CPython's own exception-table depths and sets the stack size
+to the original's plus 4 (what one inserted call needs), instead of running the
+``bytecode`` package's flow analysis: that is most of its cost, and on a few
+Inductor functions its depths differ from the compiler's. Checked over every
+plain function in torch._dynamo, torch._inductor and torch.fx (about 14,900
+on 3.11 and 3.12): same names, flags and exception depths as the original.
+The 3.13 call sequence is written from CPython's documentation and not tested
+here; 3.12+ normally uses the monitoring backend anyway.
 
 When several function objects share one code object (a factory returning
 closures), only the function the target resolved to is instrumented.
