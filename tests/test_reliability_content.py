@@ -286,6 +286,15 @@ def test_graph_bounds_cut_with_a_count(big_graph, monkeypatch):
     assert packed <= 1024 * 1024
 
 
+def _post_grad_report(tmp_path, snap: dict) -> dict:
+    """The report of a trace holding one post-grad snapshot (compile 0/0, inference) and an end record."""
+    path = rs.write_trace(tmp_path / "t.msgpack", [
+        (schema.PROBE, {"stage": schema.POST_GRAD, "target": "m:f", "phase": "return", "call": 1, "compile_id": "0/0",
+                        "graph": "inference", "thread": {"id": 1, "name": "t"}, "payload": snap}),
+        (schema.END, {"outcome": "ok", "detail": None})])
+    return build(read_trace(path))
+
+
 def test_report_on_a_10000_node_graph_renders_bounded(big_graph, tmp_path):
     """The report of a huge graph: rows past a renderer's bound are counted, not dropped silently."""
     from prov_trace.probes import fx
@@ -293,11 +302,75 @@ def test_report_on_a_10000_node_graph_renders_bounded(big_graph, tmp_path):
 
     g, _, _ = big_graph
     snap = fx.snapshot_graph(g)
-    path = rs.write_trace(tmp_path / "t.msgpack", [
-        (schema.PROBE, {"stage": schema.POST_GRAD, "target": "m:f", "phase": "return", "call": 1, "compile_id": "0/0",
-                        "graph": "inference", "thread": {"id": 1, "name": "t"}, "payload": snap}),
-        (schema.END, {"outcome": "ok", "detail": None})])
-    model = build(read_trace(path))
+    model = _post_grad_report(tmp_path, snap)
     out = markdown.render(model)
     assert f"{len(g.nodes) - 400} more rows not shown" in out
     assert len(out) < 10 * 1024 * 1024
+
+
+def test_graph_cut_is_reported_in_every_format(big_graph, tmp_path, monkeypatch):
+    """A cut graph is not silently smaller: Markdown and HTML say how many nodes were not recorded, JSON lists it."""
+    from jsonschema_subset import validate
+
+    from conftest import REPO
+    from prov_trace.probes import fx
+    from prov_trace.report import html, jsonout, markdown
+
+    g, _, _ = big_graph
+    monkeypatch.setattr(fx, "MAX_NODES", 5_000)
+    snap = fx.snapshot_graph(g)
+    model = _post_grad_report(tmp_path, snap)
+    cut = len(g.nodes) - 5_000
+    assert model["cuts"] == [{"compile_id": "0/0", "graph": "inference", "stage": schema.POST_GRAD,
+                              "total": len(g.nodes), "cut": cut, "reason": "more than 5000 nodes"}]
+    for text in (markdown.render(model), html.render(model)):
+        assert "Snapshots cut by a bound" in text
+        assert f"{cut} of {len(g.nodes)} not recorded (more than 5000 nodes)" in text
+    validate(json.loads(jsonout.render(model)), json.loads((REPO / "docs" / "report.schema.json").read_text()))
+
+
+def test_ir_op_bounds_cut_a_real_compile_with_a_count(tmp_path, monkeypatch):
+    """LoopLevelIR op lists are bounded like FX graphs, by count and by packed bytes; a real compile shows it."""
+    torch = pytest.importorskip("torch")
+    from prov_trace.probes import ir
+    from prov_trace.probes.profiles import INDUCTOR_CPU
+    from prov_trace.report import markdown
+    from prov_trace.runner import defeat_caches
+    from prov_trace.tracer.session import TraceSession
+    from prov_trace.tracer.stream import TraceWriter
+
+    def f(x):
+        return (torch.relu(x) @ x.T).sin() + x.sum()
+
+    monkeypatch.setattr(ir, "MAX_OPS", 2)
+    defeat_caches()
+    path = tmp_path / "t.msgpack"
+    torch._dynamo.reset()
+    x = torch.randn(8, 8)
+    with TraceSession(TraceWriter(path), INDUCTOR_CPU, log=lambda m: None):
+        out = torch.compile(f)(x)
+    assert torch.allclose(out, f(x))
+    trace = read_trace(path)
+    ir_recs = [r for r in trace.records if r.get("kind") == schema.PROBE and r["stage"] in (schema.IR_PRE, schema.IR_POST)]
+    assert {r["stage"] for r in ir_recs} == {schema.IR_PRE, schema.IR_POST}
+    for r in ir_recs:
+        p = r["payload"]
+        assert p["op_count"] > 2 and len(p["ops"]) == 2, (r["stage"], p["op_count"], len(p["ops"]))
+        assert p["cut_ops"] == p["op_count"] - 2 and p["cut_reason"] == "more than 2 ops"
+    post = next(r["payload"] for r in ir_recs if r["stage"] == schema.IR_POST)
+    # Fusion stays readable: every op is named in its group, recorded or cut.
+    assert sum(len(grp["members"]) for grp in post["groups"]) == post["op_count"]
+    model = build(trace)
+    assert {c["stage"] for c in model["cuts"]} == {schema.IR_PRE, schema.IR_POST}
+    assert "not recorded (more than 2 ops)" in markdown.render(model)
+
+    # The byte bound: past it, the rest are counted too, and what was kept stays under it.
+    monkeypatch.setattr(ir, "MAX_OPS", 50_000)
+    monkeypatch.setattr(ir, "MAX_OPS_BYTES", 1)
+    torch._dynamo.reset()
+    with TraceSession(TraceWriter(tmp_path / "b.msgpack"), INDUCTOR_CPU, log=lambda m: None):
+        torch.compile(f)(x)
+    pre = next(r["payload"] for r in read_trace(tmp_path / "b.msgpack").records
+               if r.get("kind") == schema.PROBE and r["stage"] == schema.IR_PRE)
+    assert pre["ops"] == [] and pre["cut_ops"] == pre["op_count"] > 0
+    assert pre["cut_reason"] == "the snapshot passed 1 bytes"

@@ -5,9 +5,16 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import msgpack
-
-from prov_trace.probes.snapshot import MAX_ITEMS, MAX_TRACE_STR, cut_str, populated, safe_str, type_name
+from prov_trace.probes.snapshot import (
+    MAX_ITEMS,
+    MAX_RECORD_BYTES,
+    MAX_TRACE_STR,
+    BoundedList,
+    cut_str,
+    populated,
+    safe_str,
+    type_name,
+)
 from prov_trace.probes.source import source_of_stack_trace
 from prov_trace.schema import FX_FIELDS
 
@@ -17,14 +24,12 @@ MAX_NAMES = 256
 #: Bound on nodes per graph snapshot; a larger graph is cut and the cut counted.
 MAX_NODES = 50_000
 #: Bound on one graph record's packed size (well under the reader's record limit); past it, nodes are cut.
-MAX_GRAPH_BYTES = 128 * 1024 * 1024
+MAX_GRAPH_BYTES = MAX_RECORD_BYTES
 MAX_FROM_NODE_DEPTH = 32
 #: Bound on the NodeSource entries kept per from_node chain, all levels together (a chain may be a wide tree).
 MAX_FROM_NODE_ITEMS = 256
 #: Bound on the meta keys listed per node.
 MAX_META_KEYS = 256
-
-_packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
 
 
 class _Budget:
@@ -150,28 +155,7 @@ def snapshot_graph(graph: Any) -> dict[str, Any]:
     a bound are counted in ``cut_nodes`` (and ``cut_reason`` says which bound).
     """
     graph = getattr(graph, "graph", graph)
-    nodes = []
-    total = 0
-    size = 0
-    reason = None
+    nodes = BoundedList(MAX_NODES, MAX_GRAPH_BYTES, "nodes")
     for node in graph.nodes:
-        total += 1
-        if reason is not None:
-            continue
-        if len(nodes) >= MAX_NODES:
-            reason = f"more than {MAX_NODES} nodes"
-            continue
-        snap = snapshot_node(node)
-        try:
-            size += len(_packer.pack(snap))
-        except Exception:  # noqa: BLE001 - the writer records why a record can't be packed
-            pass
-        if size > MAX_GRAPH_BYTES:
-            reason = f"the snapshot passed {MAX_GRAPH_BYTES} bytes"
-            continue
-        nodes.append(snap)
-    out = {"graph_id": id(graph), "node_count": total, "nodes": nodes}
-    if total > len(nodes):
-        out["cut_nodes"] = total - len(nodes)
-        out["cut_reason"] = reason
-    return out
+        nodes.add(lambda: snapshot_node(node))  # noqa: B023 - called at once
+    return {"graph_id": id(graph), "node_count": nodes.total, "nodes": nodes.items, **nodes.marks("cut_nodes")}

@@ -8,10 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from prov_trace.probes.snapshot import MAX_ITEMS, MAX_TRACE_STR, cut_str, names, populated, safe_str, type_name
+from prov_trace.probes.snapshot import (
+    MAX_ITEMS,
+    MAX_RECORD_BYTES,
+    MAX_TRACE_STR,
+    BoundedList,
+    cut_str,
+    names,
+    populated,
+    safe_str,
+    type_name,
+)
 from prov_trace.probes.source import source_of_stack_trace
 
+#: Bounds on one op-list record: ops kept, and packed bytes; past either, the rest are counted in ``cut_ops``.
 MAX_OPS = 50_000
+MAX_OPS_BYTES = MAX_RECORD_BYTES
 _MISSING = object()
 
 
@@ -94,25 +106,24 @@ def snapshot_op(op: Any, brief: bool = False) -> dict[str, Any]:
 
 
 def snapshot_ops(ops: Any) -> dict[str, Any]:
-    """The ops of a GraphLowering (``graph.operations``)."""
-    out = []
-    total = 0
+    """The ops of a GraphLowering (``graph.operations``), bounded by MAX_OPS and MAX_OPS_BYTES."""
+    kept = BoundedList(MAX_OPS, MAX_OPS_BYTES, "ops")
     for op in ops:
-        total += 1
-        if len(out) < MAX_OPS:
-            out.append(snapshot_op(op))
-    res: dict[str, Any] = {"op_count": total, "ops": out}
-    if total > len(out):
-        res["cut_ops"] = total - len(out)
-    return res
+        kept.add(lambda: snapshot_op(op))  # noqa: B023 - called at once
+    return {"op_count": kept.total, "ops": kept.items, **kept.marks("cut_ops")}
 
 
 def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
-    """Scheduler nodes after fusion; the IR ops are each member's ``.node``."""
+    """Scheduler nodes after fusion; the IR ops are each member's ``.node``.
+
+    The ops are bounded as in ``snapshot_ops``; a group keeps the names of all its members,
+    cut or not, so fusion stays readable when the ops' details were cut.
+    """
     groups = []
-    ops = []
+    kept = BoundedList(MAX_OPS, MAX_OPS_BYTES, "ops")
     for snode in snodes:
         members = []
+        group = _snode_name(snode)
         try:
             inner = snode.get_nodes()
         except Exception:  # noqa: BLE001
@@ -121,12 +132,10 @@ def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
             node = getattr(m, "node", None)
             if node is None:
                 continue
-            snap = snapshot_op(node)
-            snap["group"] = _snode_name(snode)
-            ops.append(snap)
-            members.append(snap["name"])
-        groups.append({"name": _snode_name(snode), "type": type(snode).__name__, "members": members})
-    return {"op_count": len(ops), "ops": ops, "groups": groups}
+            snap = kept.add(lambda: {**snapshot_op(node), "group": group})  # noqa: B023 - called at once
+            members.append(snap["name"] if snap is not None else op_name(node))
+        groups.append({"name": group, "type": type(snode).__name__, "members": members})
+    return {"op_count": kept.total, "ops": kept.items, "groups": groups, **kept.marks("cut_ops")}
 
 
 def _snode_name(snode: Any) -> str:

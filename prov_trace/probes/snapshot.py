@@ -13,7 +13,9 @@ import dataclasses
 import inspect
 import itertools
 import sys
-from typing import Any
+from typing import Any, Callable
+
+import msgpack
 
 MAX_STR = 2000
 MAX_TRACE_STR = 8000
@@ -21,6 +23,53 @@ MAX_ITEMS = 64
 MAX_DEPTH = 4
 
 CUT_MARK = "…[cut {n} chars]"
+
+#: Bound on one graph or op-list record's packed size (well under the reader's 256 MiB record
+#: limit); past it, the rest of the items are counted, not kept.
+MAX_RECORD_BYTES = 128 * 1024 * 1024
+
+_packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+
+
+class BoundedList:
+    """Snapshots of a graph's items (FX nodes, IR ops), kept up to a count and a packed-byte bound.
+
+    ``add(make)`` calls ``make()`` only while both bounds have room; once one is passed, the
+    rest are counted in ``cut`` and ``reason`` says which bound cut them.
+    """
+
+    def __init__(self, max_items: int, max_bytes: int, noun: str) -> None:
+        self.items: list[Any] = []
+        self.total = 0
+        self.reason: str | None = None
+        self._max_items, self._max_bytes, self._noun, self._size = max_items, max_bytes, noun, 0
+
+    def add(self, make: Callable[[], Any]) -> Any:
+        """Snapshot one more item; returns the snapshot, or None when a bound cut it."""
+        self.total += 1
+        if self.reason is not None:
+            return None
+        if len(self.items) >= self._max_items:
+            self.reason = f"more than {self._max_items} {self._noun}"
+            return None
+        snap = make()
+        try:
+            self._size += len(_packer.pack(snap))
+        except Exception:  # noqa: BLE001 - the writer records why a record can't be packed
+            pass
+        if self._size > self._max_bytes:
+            self.reason = f"the snapshot passed {self._max_bytes} bytes"
+            return None
+        self.items.append(snap)
+        return snap
+
+    @property
+    def cut(self) -> int:
+        return self.total - len(self.items)
+
+    def marks(self, key: str) -> dict[str, Any]:
+        """``{key: N, "cut_reason": ...}`` when items were cut, else ``{}``."""
+        return {key: self.cut, "cut_reason": self.reason} if self.cut else {}
 
 
 def cut_str(text: str, limit: int = MAX_STR) -> str:

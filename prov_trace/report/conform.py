@@ -114,12 +114,13 @@ _FX_NODE = {
     "name": "str", "op": "str", "target": "str", "inputs": ("list", "str"), "meta_keys": ("list", "str"),
     "fields": ("map", _FIELD, _FX_FIELDS), "source": _SRC,
 }
-_FX = {"graph_id": "key", "node_count": "int", "nodes": ("list", _FX_NODE), "cut_nodes": "int", "is_inference": "bool"}
+_FX = {"graph_id": "key", "node_count": "int", "nodes": ("list", _FX_NODE), "cut_nodes": "int", "cut_reason": "str",
+       "is_inference": "bool"}
 _IR_OP = {
     "name": "str", "type": "str", "group": "str", "fields": ("map", _FIELD, _IR_FIELDS), "source": ("list", _SRC),
     "reads": ("list", "str"), "attrs": "any",
 }
-_IR = {"op_count": "int", "ops": ("list", _IR_OP), "groups": ("list", {"name": "str", "type": "str", "members": ("list", "str")})}
+_IR = {"op_count": "int", "ops": ("list", _IR_OP), "cut_ops": "int", "cut_reason": "str", "groups": ("list", {"name": "str", "type": "str", "members": ("list", "str")})}
 _KERNEL = {
     "kernel": "str", "kind": "str", "snodes": ("list", "str"), "ops": ("list", _IR_OP), "origins": ("list", "str"),
     "metadata": "str", "detailed": "str",

@@ -204,6 +204,12 @@ def render(model: dict[str, Any], max_rows: int = 2000) -> str:
         out.append("<p>Frames Dynamo compiled that produced no graph: " + ", ".join(
             f"{h(f['compile_id'])} <code>{h(f.get('qualname'))}</code> (<code>{h(f.get('file'))}:{h(f.get('line'))}</code>)"
             for f in model["frames_without_graph"]) + ".</p>")
+    if model.get("cuts"):
+        out.append("<p><strong>Snapshots cut by a bound</strong> (docs/trace-format.md, Bounds): the counts and tables "
+                   "cover the objects that were recorded. " + "; ".join(
+                       f"{h(c['compile_id'])} {h(c['graph'] or '')} {h(titles.get(c['stage'], c['stage']))}: "
+                       f"{int(c['cut'])} of {h(c['total'] if c['total'] is not None else '?')} not recorded "
+                       f"({h(c['reason'] or 'no reason given')})" for c in model["cuts"]) + ".</p>")
     out.append('<h2>Legend</h2><p class="legend">' + "".join(
         f'<span class="st-{h(k)}">{h(GLYPHS.get(k) or v["symbol"])} {h(v["meaning"])}</span><br>' for k, v in symbols.items()) + "</p>" + "</div>")
 

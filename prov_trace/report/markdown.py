@@ -121,6 +121,12 @@ def render(model: dict[str, Any], max_rows: int = 400) -> str:
         out += ["Frames Dynamo compiled that produced no graph: " + ", ".join(
             f"{esc(f['compile_id'])} {code(f.get('qualname'))} ({code(_short(f.get('file')))}:{f.get('line')})"
             for f in model["frames_without_graph"]) + ".", ""]
+    if model.get("cuts"):
+        out += ["**Snapshots cut by a bound** (docs/trace-format.md, Bounds): the counts and tables cover the "
+                "objects that were recorded. " + "; ".join(
+                    f"{esc(c['compile_id'])} {esc(c['graph'] or '')} {esc(titles.get(c['stage'], c['stage']))}: "
+                    f"{c['cut']} of {c['total'] if c['total'] is not None else '?'} not recorded ({esc(c['reason'] or 'no reason given')})"
+                    for c in model["cuts"]) + ".", ""]
 
     out += ["## Stage × Field matrix", "", "Symbols:", ""]
     out += [f"- {v['symbol']} {esc(v['meaning'])}" for v in symbols.values()]

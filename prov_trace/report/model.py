@@ -470,6 +470,27 @@ def _mappings(stages: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"kernel_to_post": kernel_to_post, "pre_to_post": pre_to_post}
 
 
+#: Payload keys in which a probe counts the items a snapshot bound cut (docs/trace-format.md, "Bounds").
+_CUT_KEYS = (("cut_nodes", "node_count"), ("cut_ops", "op_count"))
+
+
+def _cuts(trace: Trace) -> list[dict[str, Any]]:
+    """Each snapshot a bound cut: which graph and stage, how many items it holds and how many it lost."""
+    out = []
+    for r in trace.records:
+        p = r.get("payload")
+        if r.get("kind") != S.PROBE or not isinstance(p, dict):
+            continue
+        for cut_key, total_key in _CUT_KEYS:
+            cut = p.get(cut_key)
+            if isinstance(cut, int) and not isinstance(cut, bool) and cut > 0:
+                total = p.get(total_key)
+                out.append({"compile_id": r.get("compile_id"), "graph": r.get("graph"), "stage": r.get("stage"),
+                            "total": total if isinstance(total, int) else None, "cut": cut,
+                            "reason": p.get("cut_reason") if isinstance(p.get("cut_reason"), str) else None})
+    return out
+
+
 def build(trace: Trace) -> dict[str, Any]:
     """The whole report as plain data."""
     hooks = trace.hooks()
@@ -526,6 +547,7 @@ def build(trace: Trace) -> dict[str, Any]:
         "errors": errors,
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
+        "cuts": _cuts(trace),
         "summary": _summary(graphs, hooks, stage_order),
     }
 
