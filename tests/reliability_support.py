@@ -274,10 +274,20 @@ def prov_trace_with(patch: str, args: list[str], cwd: Path, env: dict | None = N
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _as_from_a_terminal() -> None:
+    """In the child, before exec: SIGINT as a terminal's foreground program has it.
+
+    A shell without job control starts background jobs with SIGINT ignored, and the ignore is
+    inherited: Python then installs no KeyboardInterrupt handler, and Ctrl-C does nothing, traced or
+    not. A suite started that way (`bash .ci/run &`, nohup) must still test what Ctrl-C does.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_prov_trace(args: list[str], cwd: Path, stdout, stderr) -> subprocess.Popen:
     """`python -m prov_trace ARGS` in its own session (so a stray compile worker can be cleaned up by group)."""
     return subprocess.Popen([sys.executable, "-m", "prov_trace", *args], cwd=cwd, stdout=stdout, stderr=stderr,
-                            env={**os.environ, **LIGHT_ENV}, start_new_session=True)
+                            env={**os.environ, **LIGHT_ENV}, start_new_session=True, preexec_fn=_as_from_a_terminal)
 
 
 def wait_for_probe_record(proc: subprocess.Popen, trace: Path, timeout: float) -> None:
