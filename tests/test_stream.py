@@ -113,3 +113,55 @@ def test_report_never_overwrites_its_trace(mlp_run, tmp_path):
     proc = cli("report", str(copy), "-o", str(copy))
     assert proc.returncode == 2 and "would overwrite the trace" in proc.stderr
     assert copy.read_bytes() == mlp_run.trace.read_bytes()
+
+
+def test_packed_items_are_spliced_byte_for_byte(tmp_path):
+    """Snapshots kept packed (a PackedList) write exactly the bytes the plain dicts would, wherever they sit."""
+    from prov_trace.packed import PackedList, new_packer
+
+    items = [{"name": "relu", "args": [1, 2.5, None], "text": "bad \udcff utf-8"}, {"name": "out", "meta": {}}]
+    nodes = PackedList()
+    packer = new_packer()
+    for item in items:
+        nodes.append_packed(packer.pack(item))
+    assert len(nodes) == 2 and list(nodes) == items and nodes == items and nodes[1] == items[1]
+    plain = TraceWriter(tmp_path / "plain.msgpack")
+    spliced = TraceWriter(tmp_path / "spliced.msgpack")
+    for w, value in ((plain, items), (spliced, nodes)):
+        w.write("probe", {"stage": "s", "payload": {"graph": {"nodes": value, "n": 2}, "in_a_list": [value]}})
+        w.close()
+    a = list(msgpack.Unpacker(open(tmp_path / "plain.msgpack", "rb"), raw=False, unicode_errors="surrogateescape"))
+    b = list(msgpack.Unpacker(open(tmp_path / "spliced.msgpack", "rb"), raw=False, unicode_errors="surrogateescape"))
+    for r in a + b:
+        r.pop("t_ns")
+    assert a == b and a[0]["payload"]["graph"]["nodes"] == items
+
+
+def test_packed_items_are_checked_against_the_reader_limits(tmp_path, monkeypatch):
+    """A record whose items are kept packed is still refused (and replaced by an error record) past a reader limit."""
+    from prov_trace.packed import PackedList, new_packer
+    from prov_trace.tracer import stream
+
+    monkeypatch.setattr(stream, "_CHECK_ABOVE", 64)
+    monkeypatch.setattr(stream, "_UNPACK_LIMITS", {**stream._UNPACK_LIMITS, "max_array_len": 10, "max_str_len": 100})
+    packer = new_packer()
+
+    def nodes(*items):
+        out = PackedList()
+        for item in items:
+            out.append_packed(packer.pack(item))
+        return out
+
+    w = TraceWriter(tmp_path / "t.msgpack")
+    fine = nodes(*({"name": f"n{i}", "text": "x" * 50} for i in range(10)))
+    too_many = nodes(*({"name": f"n{i}"} for i in range(11)))
+    long_str = nodes({"name": "n", "text": "x" * 101})
+    for value in (fine, too_many, long_str):
+        w.write("probe", {"stage": "s", "payload": {"nodes": value}})
+    w.close()
+    assert w.replaced == 2
+    records = list(msgpack.Unpacker(open(tmp_path / "t.msgpack", "rb"), raw=False))
+    assert records[0]["kind"] == "probe" and len(records[0]["payload"]["nodes"]) == 10
+    assert [r["kind"] for r in records[1:]] == ["error", "error"]
+    assert "a list of 11 items" in records[1]["error"]["message"]
+    assert "beyond the reader's limits" in records[2]["error"]["message"]

@@ -15,7 +15,7 @@ import itertools
 import sys
 from typing import Any, Callable
 
-import msgpack
+from prov_trace.packed import PackedList, new_packer
 
 MAX_STR = 2000
 MAX_TRACE_STR = 8000
@@ -28,24 +28,27 @@ CUT_MARK = "…[cut {n} chars]"
 #: limit); past it, the rest of the items are counted, not kept.
 MAX_RECORD_BYTES = 128 * 1024 * 1024
 
-_packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
-
-
 class BoundedList:
     """Snapshots of a graph's items (FX nodes, IR ops), kept up to a count and a packed-byte bound.
 
     ``add(make)`` calls ``make()`` only while both bounds have room; once one is passed, the
-    rest are counted in ``cut`` and ``reason`` says which bound cut them.
+    rest are counted in ``cut`` and ``reason`` says which bound cut them. Each kept snapshot
+    is packed at once (``items`` is a `PackedList`): the host's garbage collector never
+    sees a graph's worth of our dicts, and the packed size is what the bound counts.
     """
 
     def __init__(self, max_items: int, max_bytes: int, noun: str) -> None:
-        self.items: list[Any] = []
+        self.items = PackedList()
         self.total = 0
         self.reason: str | None = None
-        self._max_items, self._max_bytes, self._noun, self._size = max_items, max_bytes, noun, 0
+        self._max_items, self._max_bytes, self._noun = max_items, max_bytes, noun
+        self._packer = new_packer()
 
     def add(self, make: Callable[[], Any]) -> Any:
-        """Snapshot one more item; returns the snapshot, or None when a bound cut it."""
+        """Snapshot one more item; returns the snapshot, or None when a bound cut it.
+
+        An item msgpack can't pack raises here, and the probe's error record says why.
+        """
         self.total += 1
         if self.reason is not None:
             return None
@@ -53,14 +56,11 @@ class BoundedList:
             self.reason = f"more than {self._max_items} {self._noun}"
             return None
         snap = make()
-        try:
-            self._size += len(_packer.pack(snap))
-        except Exception:  # noqa: BLE001 - the writer records why a record can't be packed
-            pass
-        if self._size > self._max_bytes:
+        data = self._packer.pack(snap)
+        if self.items.size + len(data) > self._max_bytes:
             self.reason = f"the snapshot passed {self._max_bytes} bytes"
             return None
-        self.items.append(snap)
+        self.items.append_packed(data)
         return snap
 
     @property

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from prov_trace import schema
+from prov_trace.packed import pack_record, skeleton, stream_packer
 
 
 class StreamError(OSError):
@@ -26,16 +27,27 @@ _CHECK_ABOVE = 1024 * 1024
 _UNPACK_LIMITS = {k: v for k, v in schema.READ_LIMITS.items() if k != "max_buffer_size"}
 
 
-def _beyond_read_limits(data: bytes) -> str | None:
-    """None when the reader will read this packed record, else why it would refuse it."""
+def _beyond_read_limits(record: dict[str, Any], data: bytes) -> str | None:
+    """None when the reader will read this packed record, else why it would refuse it.
+
+    A record's items kept packed (PackedList) are checked by their count, and each by
+    unpacking only when it alone is over the size that could break a limit.
+    """
     if len(data) <= _CHECK_ABOVE:
         return None
     if len(data) > schema.MAX_RECORD_BYTES:
         return f"record too large: {len(data)} bytes packed, over the {schema.MAX_RECORD_BYTES}-byte limit readers apply"
-    try:
-        msgpack.unpackb(data, raw=False, strict_map_key=False, unicode_errors="surrogateescape", **_UNPACK_LIMITS)
-    except Exception as exc:  # noqa: BLE001
-        return f"record beyond the reader's limits ({len(data)} bytes packed): {exc}"
+    bare, lists = skeleton(record)
+    parts = [data] if not lists else [stream_packer().pack(bare)]
+    for items in lists:
+        if len(items) > _UNPACK_LIMITS["max_array_len"]:
+            return f"record beyond the reader's limits ({len(data)} bytes packed): a list of {len(items)} items"
+        parts += [item for item in items.packed_items() if len(item) > _CHECK_ABOVE]
+    for part in parts:
+        try:
+            msgpack.unpackb(part, raw=False, strict_map_key=False, unicode_errors="surrogateescape", **_UNPACK_LIMITS)
+        except Exception as exc:  # noqa: BLE001
+            return f"record beyond the reader's limits ({len(data)} bytes packed): {exc}"
     return None
 
 
@@ -52,7 +64,7 @@ class TraceWriter:
             self._file: BinaryIO | None = open(self.path, "wb")
         except OSError as exc:
             raise StreamError(f"cannot write the trace to {self.path}: {exc.strerror or exc}") from exc
-        self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        self._packer = stream_packer()
         self._lock = threading.Lock()
         self._seq = 0
         self._t0 = time.monotonic_ns()
@@ -74,8 +86,8 @@ class TraceWriter:
             seq = self._seq
             record = {"kind": kind, "seq": seq, "t_ns": self.elapsed_ns(), **body}
             try:
-                data = self._packer.pack(record)
-                unreadable = _beyond_read_limits(data)
+                data = pack_record(self._packer, record)
+                unreadable = _beyond_read_limits(record, data)
             except Exception as exc:  # unpackable payload: record why, keep the stream valid
                 data, unreadable = None, f"record not serialisable: {type(exc).__name__}: {exc}"
             if unreadable is not None:
