@@ -19,7 +19,11 @@ the machine's load spreads over all of them. Cases:
 
 "paired" is the median, over rounds, of a case's CPU time over the untraced
 run of the same round: it cancels the drift of the machine's speed between
-rounds. "in probes" is the sum of the records' probe_ns: the time the probes spent
+rounds. "p. self" is the same for the process's own CPU time, without the C++
+compiler it runs: the tracer can't change the compiler's work (the generated code
+is the same), but its time varies by a second between identical runs. "in gc" is the time the host's garbage collector ran inside the timed span,
+and "gcs" how many collections it made (medians): what the tracer's allocations cost the host
+beyond its own time. "in probes" is the sum of the records' probe_ns: the time the probes spent
 snapshotting. "in tracer" is all the time spent in the tracer's own code: its
 start and stop, resolving and installing targets as their modules are imported
 (for inject, rewriting the bytecode), and every event, probes included, in CPU
@@ -98,6 +102,7 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
     gc.callbacks.append(on_gc)
     trace_bytes = records = own = None
     c0 = _cpu_seconds()
+    k0 = os.times()
     t0 = time.perf_counter()
     if case == "untraced":
         runner.run_model(model, inputs, train=False)
@@ -165,13 +170,15 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
         own = TimedSession.own_ns / 1e9
     wall = time.perf_counter() - t0
     cpu = _cpu_seconds() - c0
+    k1 = os.times()
+    children = (k1.children_user + k1.children_system) - (k0.children_user + k0.children_system)
     gc.callbacks.remove(on_gc)
     probe_s = None
     if case != "untraced":
         trace_bytes = os.path.getsize(trace_path)
         probe_s = _probe_seconds(trace_path)
     return {"case": case, "model": model_name, "wall_s": wall, "cpu_s": cpu, "trace_bytes": trace_bytes,
-            "records": records, "probe_s": probe_s, "own_s": own, "gc_s": gc_ns[0] / 1e9, "gc_collections": gc_ns[1]}
+            "records": records, "probe_s": probe_s, "children_cpu_s": children, "own_s": own, "gc_s": gc_ns[0] / 1e9, "gc_collections": gc_ns[1]}
 
 
 def _probe_seconds(trace_path: str) -> float:
@@ -284,13 +291,19 @@ def compile_bench(models: list[str], runs: int, warmup: int, env: dict, only: li
     return results
 
 
+def _self_cpu(r: dict) -> float | None:
+    """The process's own CPU time, without its children's (None for runs saved before it was recorded)."""
+    return r["cpu_s"] - r["children_cpu_s"] if r.get("children_cpu_s") is not None else None
+
+
 def print_compile_table(results: list[dict]) -> None:
     for model in dict.fromkeys(r["model"] for r in results):
         rows = [r for r in results if r["model"] == model]
         n = len([r for r in rows if r["case"] == "untraced"])
         print(f"\n{model}: compile + first call, seconds over {n} runs (median, min-max, median vs untraced's median)")
         print(f"  {'case':11} {'wall':>8} {'min-max':>13} {'vs untraced':>11}   {'cpu':>8} {'min-max':>13} "
-              f"{'vs untraced':>11} {'paired':>7} {'trace size':>12} {'in probes':>10} {'in tracer':>10} {'= of cpu':>8}")
+              f"{'vs untraced':>11} {'paired':>7} {'p. self':>7} {'trace size':>12} {'in probes':>10} {'in tracer':>10} {'= of cpu':>8} "
+              f"{'in gc':>8} {'gcs':>5}")
         base = {k: statistics.median(r[k] for r in rows if r["case"] == "untraced") for k in ("wall_s", "cpu_s")}
         for case in dict.fromkeys(r["case"] for r in rows):
             line = f"  {case:11}"
@@ -304,8 +317,14 @@ def print_compile_table(results: list[dict]) -> None:
                 paired = [r["cpu_s"] / base_by_run[r["run"]] - 1 for r in rows
                           if r["case"] == case and r["run"] in base_by_run]
                 line += f"{statistics.median(paired) * 100:+7.1f}%" if paired else f"{'-':>8}"
+                # The same for the process alone, without the C++ compiler it runs, whose work the tracer
+                # can't change (it compiles the same generated code) but whose time varies by a second.
+                self_by_run = {r["run"]: _self_cpu(r) for r in rows if r["case"] == "untraced"}
+                paired_self = [_self_cpu(r) / self_by_run[r["run"]] - 1 for r in rows
+                               if r["case"] == case and self_by_run.get(r["run"]) and _self_cpu(r) is not None]
+                line += f"{statistics.median(paired_self) * 100:+7.1f}%" if paired_self else f"{'-':>8}"
             else:
-                line += f"{'-':>8}"
+                line += f"{'-':>8}{'-':>8}"
             sizes = [r["trace_bytes"] for r in rows if r["case"] == case and r["trace_bytes"]]
             line += f" {int(statistics.median(sizes)):>10,} B" if sizes else f" {'-':>12}"
             probes = [r["probe_s"] for r in rows if r["case"] == case and r.get("probe_s") is not None]
@@ -315,6 +334,12 @@ def print_compile_table(results: list[dict]) -> None:
                     for r in rows if r["case"] == case and r.get("own_s") is not None]
             if owns:
                 line += f" {statistics.median(owns):8.3f} s {statistics.median(owns) / base['cpu_s'] * 100:7.2f}%"
+            else:
+                line += f" {'-':>10} {'-':>8}"
+            gcs = [r for r in rows if r["case"] == case and r.get("gc_s") is not None]
+            if gcs:
+                line += (f" {statistics.median(r['gc_s'] for r in gcs):6.2f} s"
+                         f" {int(statistics.median(r['gc_collections'] for r in gcs)):>5}")
             print(line)
 
 
