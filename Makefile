@@ -38,8 +38,16 @@ demo: $(VENV)/.installed
 	@mkdir -p out
 	$(VENV)/bin/prov-trace run examples/reference_mlp.py:SimpleMLP -o out/prov-trace.msgpack --report out/provenance_audit.md
 
+# On 3.12+ the main run is also the suite's own coverage run, under coverage.py's sys.monitoring
+# core: the tests trace compiles in this process while coverage measures it (tests/test_inprocess.py
+# checks both see their events). The summary covers prov_trace/; `coverage html` gives the detail.
 test-main: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@if $(VENV)/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+	  COVERAGE_CORE=sysmon $(VENV)/bin/python -m coverage run --source=prov_trace,tests -m pytest -q $(PYTEST_ARGS) \
+	  && $(VENV)/bin/python -m coverage report --include='prov_trace/*' --skip-empty; \
+	else \
+	  $(VENV)/bin/python -m pytest -q $(PYTEST_ARGS); \
+	fi
 
 # 3.11 runs everything but the large-model tests (marked `heavy`), which the main run covers.
 test-311: $(VENV311)/.installed

@@ -113,6 +113,45 @@ def test_compile_on_another_thread_is_traced(tmp_path):
     assert report["graphs"][0]["stages"]["artifact"]["observed"]
 
 
+def _seen_by_coverage_while_traced() -> int:
+    return 42  # runs only inside the traced window of the test below
+
+
+def test_the_suites_own_coverage_run_and_prov_trace_see_their_events(tmp_path):
+    """Under `make test` on 3.12+ this suite runs under coverage.py's sys.monitoring core: in one process,
+    coverage measures lines while prov-trace traces a compile with its own tool id, and neither loses events."""
+    import inspect
+    import sys
+
+    coverage = pytest.importorskip("coverage")
+    cov = coverage.Coverage.current()
+    mon = getattr(sys, "monitoring", None)
+    if cov is None or mon is None or mon.get_tool(mon.COVERAGE_ID) != "coverage.py":
+        pytest.skip("not under a sys.monitoring coverage run (make test runs the 3.12+ suite under one)")
+    defeat_caches()
+    model = _mlp().eval()
+    x = torch.randn(2, 128)
+
+    def once():
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(model)(x)
+        assert mon.get_tool(mon.COVERAGE_ID) == "coverage.py" and "prov-trace" in map(mon.get_tool, (3, 4, 5))
+        return out, _seen_by_coverage_while_traced()
+
+    (_, answer), report = _traced(tmp_path / "t.msgpack", once)
+    assert answer == 42
+    trace = read_trace(tmp_path / "t.msgpack")
+    assert trace.complete and trace.header["backend"] == "monitoring"
+    # prov-trace saw every stage of the compile ...
+    stages = report["graphs"][0]["stages"]
+    assert all(stages[s]["observed"] for s in ("pre_grad", "post_grad", "ir_post", "kernel_spec", "artifact")), stages
+    # ... and coverage saw the line that ran only while prov-trace was tracing.
+    body = inspect.getsourcelines(_seen_by_coverage_while_traced)[1] + 1
+    assert body in (cov.get_data().lines(__file__) or ()), "coverage lost its line events while prov-trace traced"
+    assert mon.get_tool(mon.COVERAGE_ID) == "coverage.py" and "prov-trace" not in map(mon.get_tool, (3, 4, 5))
+
+
 def _load_example(name: str):
     import importlib.util
 
