@@ -21,9 +21,10 @@ the machine's load spreads over all of them. Cases:
 run of the same round: it cancels the drift of the machine's speed between
 rounds. "p. self" is the same for the process's own CPU time, without the C++
 compiler it runs: the tracer can't change the compiler's work (the generated code
-is the same), but its time varies by a second between identical runs. "in gc" is the time the host's garbage collector ran inside the timed span,
-and "gcs" how many collections it made (medians): what the tracer's allocations cost the host
-beyond its own time. "in probes" is the sum of the records' probe_ns: the time the probes spent
+is the same), but its time varies by a second between identical runs. "in gc" is
+the time the host's garbage collector ran inside the timed span, and "gcs" how many
+collections it made (medians): what the tracer's allocations cost the host beyond
+its own time. "in probes" is the sum of the records' probe_ns: the time the probes spent
 snapshotting. "in tracer" is all the time spent in the tracer's own code: its
 start and stop, resolving and installing targets as their modules are imported
 (for inject, rewriting the bytecode), and every event, probes included, in CPU

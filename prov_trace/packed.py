@@ -18,8 +18,8 @@ from typing import Any
 
 import msgpack
 
-_PACK_OPTIONS = dict(use_bin_type=True, unicode_errors="surrogateescape")
-_UNPACK_OPTIONS = dict(raw=False, strict_map_key=False, unicode_errors="surrogateescape")
+from prov_trace.schema import PACK_OPTIONS as _PACK_OPTIONS
+from prov_trace.schema import UNPACK_OPTIONS as _UNPACK_OPTIONS
 
 
 def new_packer() -> msgpack.Packer:

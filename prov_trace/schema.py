@@ -42,6 +42,10 @@ STAGE_TITLES = {
 FX_FIELDS = ("stack_trace", "nn_module_stack", "source_fn_stack", "original_aten", "from_node")
 IR_FIELDS = ("origins", "origin_node", "traceback", "get_stack_traces")
 
+# How the stream is packed and read: strings as str (invalid UTF-8 kept by surrogateescape), bytes as bin.
+PACK_OPTIONS = dict(use_bin_type=True, unicode_errors="surrogateescape")
+UNPACK_OPTIONS = dict(raw=False, strict_map_key=False, unicode_errors="surrogateescape")
+
 # What a reader accepts (msgpack.Unpacker limits). The writer checks big records against
 # the same limits, so it never writes a record the reader would refuse.
 MAX_RECORD_BYTES = 256 * 1024 * 1024

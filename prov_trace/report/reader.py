@@ -72,8 +72,7 @@ def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
     """Read a trace from an open binary file of `size` bytes."""
     if size == 0:
         raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
-    unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False, unicode_errors="surrogateescape",
-                                read_size=1024 * 1024, **_LIMITS)
+    unpacker = msgpack.Unpacker(f, read_size=1024 * 1024, **schema.UNPACK_OPTIONS, **_LIMITS)
     records: list[dict[str, Any]] = []
     problem = None
     while True:

@@ -45,7 +45,7 @@ def _beyond_read_limits(record: dict[str, Any], data: bytes) -> str | None:
         parts += [item for item in items.packed_items() if len(item) > _CHECK_ABOVE]
     for part in parts:
         try:
-            msgpack.unpackb(part, raw=False, strict_map_key=False, unicode_errors="surrogateescape", **_UNPACK_LIMITS)
+            msgpack.unpackb(part, **schema.UNPACK_OPTIONS, **_UNPACK_LIMITS)
         except Exception as exc:  # noqa: BLE001
             return f"record beyond the reader's limits ({len(data)} bytes packed): {exc}"
     return None
