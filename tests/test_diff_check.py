@@ -62,7 +62,7 @@ def test_diff_off_to_on_shows_traceback_rising(mlp_run, traceback_run):
     assert out.startswith("# Provenance diff")
     assert "| IR | `traceback` | LoopLevelIR (pre-pass) | ❌ 0/3 | ✅ 3/3 | ▲ rose |" in out
     assert "| IR | `traceback` | LoopLevelIR (post-pass) | ❌ 0/3 | ✅ 3/3 | ▲ rose |" in out
-    assert "0 field population drop(s)" in out
+    assert "0 graph(s) of A missing from B, 0 field population drop(s)" in out
     # Same model, same graph: no object added or removed, no survival moved.
     section = out.split("### Objects added and removed", 1)[1]
     assert section.split("###", 1)[0].strip() == "No change."
@@ -73,7 +73,7 @@ def test_diff_on_to_off_is_a_regression(mlp_run, traceback_run, tmp_path):
     proc = cli("diff", str(traceback_run.trace), str(mlp_run.trace), "--fail-on-regression")
     assert proc.returncode == 1
     assert "| IR | `traceback` | LoopLevelIR (pre-pass) | ✅ 3/3 | ❌ 0/3 | ▼ dropped |" in proc.stdout
-    assert "2 field population drop(s): traceback at ir_pre" in proc.stderr
+    assert "2 regression(s): traceback at ir_pre" in proc.stderr
     # Without the flag a drop is reported, not failed.
     assert cli("diff", str(traceback_run.trace), str(mlp_run.trace)).returncode == 0
     # JSON and HTML, by suffix.
@@ -103,9 +103,17 @@ def test_diff_reports_objects_and_earlier_survival(mlp_run):
     assert [(s["line"], s["a"]["last_stage"], s["b"]["last_stage"], s["change"]) for s in gd["survival"]] == [
         (row["line"], "artifact", "ir_post", "earlier")]
     assert gd["objects"]["kernel_spec"]["removed"] == ["cpp_fused_relu_0"]
-    text = dif.render_markdown(d)
+    text = dif.render(d, "md")
     assert "| Kernel spec | 3 | 2 |  | `cpp_fused_relu_0` |" in text
     assert re.search(r"`x = self.fc1\(x\)` \| Artifact \| LoopLevelIR \(post-pass\) \| survives \| Kernel spec \| ▼ earlier", text)
+    # The HTML diff draws the same view: the first-lost columns and the lineage edges table too.
+    gone = g["lineage"]["edges"].pop()
+    d = dif.diff(a, b)
+    page = dif.render(d, "html")
+    md = dif.render(d, "md")
+    for needle in ("A: first lost", "B: first lost", "Lineage edges", "0 added, 1 removed."):
+        assert needle in page and needle in md, needle
+    assert f"<td>removed</td><td><code>{gone['from']}</code></td><td><code>{gone['to']}</code></td>" in page
 
 
 def test_diff_bad_input_exits_2_with_one_sentence(mlp_run, tmp_path):
@@ -125,21 +133,22 @@ def test_diff_bad_input_exits_2_with_one_sentence(mlp_run, tmp_path):
 
 def test_check_passes_and_fails_on_real_traces(mlp_run, traceback_run):
     ok = cli("check", str(mlp_run.trace), "--require", "kernel_spec:origins=all", "--require", "ir_pre:traceback=none",
-             "--require", "post_grad:stack_trace>=0.45", "--require", "source:file:line=all", "--require", "artifact:provenance_comment>=60%")
+             "--require", "post_grad:stack_trace=all", "--require", "source:file:line=all", "--require", "artifact:provenance_comment>=60%")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.splitlines()[-1] == "5 of 5 rules hold"
-    bad = cli("check", str(mlp_run.trace), "--require", "post_grad:stack_trace>=0.5", "--require", "ir_post:traceback=any",
+    bad = cli("check", str(mlp_run.trace), "--require", "post_grad:nn_module_stack>=0.9", "--require", "ir_post:traceback=any",
               "--require", "kernel_spec:origins=all")
     assert bad.returncode == 1
-    assert "FAIL  post_grad:stack_trace>=0.5\n        graph 0/0 inference, FX post-grad: 5/11 populated (45%)" in bad.stdout
+    # The post-grad compute nodes: permute, addmm, relu, permute_1, addmm_1; relu (a function call) has no module.
+    assert "FAIL  post_grad:nn_module_stack>=0.9\n        graph 0/0 inference, FX post-grad: 4/5 populated (80%)" in bad.stdout
     assert "FAIL  ir_post:traceback=any\n        graph 0/0 inference, LoopLevelIR (post-pass): 0/3 populated (0%)" in bad.stdout
     assert "ok    kernel_spec:origins=all" in bad.stdout and "1 of 3 rules hold; 2 failed" in bad.stdout
     # With Inductor's IR traceback on, the same gate passes.
     on = cli("check", str(traceback_run.trace), "--require", "ir_post:traceback=any", "--require", "ir_pre:traceback=all")
     assert on.returncode == 0, on.stdout
     # A wildcard stage checks every stage that measures the field.
-    star = cli("check", str(mlp_run.trace), "--require", "*:stack_trace>=50%")
-    assert star.returncode == 1 and "FX post-grad: 5/11" in star.stdout and "FX pre-grad" not in star.stdout
+    star = cli("check", str(mlp_run.trace), "--require", "*:nn_module_stack>=75%")
+    assert star.returncode == 1 and "FX pre-grad: 2/3" in star.stdout and "FX post-grad" not in star.stdout
 
 
 @pytest.mark.parametrize("rule, says", [

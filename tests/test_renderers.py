@@ -18,21 +18,15 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, REPO, Run, cli
+from browser import browse as _browse
+from browser import png_pixels as _png_pixels
+from browser import selftest as _selftest
 from jsonschema_subset import check_schema, validate
 from prov_trace.report import html, jsonout, lineage
 from prov_trace.report.markdown import render as render_md
 
 SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
 INJECT = "<script>window.__provtrace_injected=1</script><img src=x onerror=\"window.__provtrace_injected=1\">"
-
-
-@pytest.fixture(scope="session")
-def graph_break_run(tmp_path_factory) -> Run:
-    """`prov-trace run examples/graph_break.py:GraphBreakMLP`, with the report as HTML (its suffix sets the format)."""
-    d = tmp_path_factory.mktemp("graph_break")
-    proc = cli("run", str(EXAMPLES / "graph_break.py") + ":GraphBreakMLP", "-o", str(d / "t.msgpack"),
-               "--report", str(d / "audit.html"), cwd=d, check=True)
-    return Run(proc, d / "t.msgpack", d / "audit.html", d)
 
 
 # --- graph break: two graphs, each with its own lineage and survival -------------------
@@ -60,8 +54,9 @@ def test_graph_break_markdown(graph_break_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "r.md").read_text()
     assert text.count("```mermaid\nflowchart LR") == 2
-    assert "### Graph 0/0 inference" in text and "### Graph 1/0 inference" in text
-    assert re.search(r"\| `[^`]*graph_break.py:24` \| `x = x \* 2.0` \| 1 \| 1 \| 1 \| 1 \| 1 \| 0 \| Kernel spec \| Artifact \| `cpp_fused_mul_0` \|", text), text
+    assert "## Graph 0/0 inference" in text and "## Graph 1/0 inference" in text
+    # Dynamo graph, FX pre-grad, AOT graph, FX post-grad, IR pre, IR post, Kernel spec, Artifact.
+    assert re.search(r"\| `[^`]*graph_break.py:24` \| `x = x \* 2.0` \| 1 \| 1 \| 1 \| 1 \| 1 \| 1 \| 1 \| 0 \| Kernel spec \| Artifact \| `cpp_fused_mul_0` \|", text), text
     # The line with the break is a source node of the second graph, its quotes made inert for Mermaid.
     assert '["graph_break.py:22 print(#quot;graph break: Dynamo cannot put print() in a graph#quot;)"]' in text
 
@@ -84,7 +79,7 @@ def test_json_matches_the_schema(mlp_run, graph_break_run, tmp_path):
         assert proc.returncode == 0, proc.stderr
         data = json.loads(out.read_text())
         assert validate(data, SCHEMA) == []
-        assert data["format"] == "prov-trace-report" and data["version"] == 1
+        assert data["format"] == "prov-trace-report" and data["version"] == 2
         assert [g["label"] for g in data["graphs"]] == [g["label"] for g in run.model()["graphs"]]
     mlp = json.loads((tmp_path / "mlp.json").read_text())
     g = mlp["graphs"][0]
@@ -125,7 +120,8 @@ def test_html_is_self_contained_and_escapes_the_trace(mlp_run):
     text = html.render(model)
     # Nothing is fetched: no external script, style, image, font or frame.
     assert not re.search(r"<(link|iframe|object|embed)\b", text, re.I)
-    assert not re.search(r"<\w+\b[^>]*\s(src|href)\s*=", text, re.I)
+    # Links point inside the page only (#anchors); nothing has a src.
+    assert not re.search(r"<\w+\b[^>]*\s(src|href)\s*=\s*\"(?!#)", text, re.I)
     assert "@import" not in text and "url(" not in text
     assert set(re.findall(r"https?://[^\s\"'<>]+", text)) <= {"http://www.w3.org/2000/svg"}
     assert "default-src 'none'" in text
@@ -136,43 +132,10 @@ def test_html_is_self_contained_and_escapes_the_trace(mlp_run):
     assert "<" not in data
 
 
-def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe:
-        return exe
-    if os.environ.get("CI") == "true" and shutil.which("apt-get") and hasattr(os, "geteuid") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        proc = subprocess.run(["apt-get", "install", "-y", "chromium"], env=env, capture_output=True, text=True, timeout=1200)
-        if proc.returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=600)
-            proc = subprocess.run(["apt-get", "install", "-y", "chromium"], env=env, capture_output=True, text=True, timeout=1200)
-        exe = shutil.which("chromium")
-        if exe:
-            return exe
-        pytest.skip(f"chromium is not installed and `apt-get install -y chromium` failed: {proc.stderr.strip()[-300:]}")
-    pytest.skip("chromium is not installed: install Debian's `chromium` package (apt-get install -y chromium), "
-                "or run with CI=true as root to let this test install it")
-
-
-def _browse(tmp: Path, url: str, *args: str) -> subprocess.CompletedProcess:
-    profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp)
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", *args, url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-
-
-def _selftest(tmp: Path, page: Path) -> dict:
-    proc = _browse(tmp, page.as_uri() + "#selftest", "--dump-dom")
-    m = re.search(r'<pre id="selftest-result">(.*?)</pre>', proc.stdout, re.S)
-    assert m, f"no self-test result in the DOM (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(_html.unescape(m.group(1)))
-
-
 @pytest.fixture
-def output_dir() -> Path:
-    """Where the browser test leaves its screenshot: PROV_TRACE_TEST_OUTPUT when set, else out/test-artifacts (git-ignored)."""
-    d = Path(os.environ.get("PROV_TRACE_TEST_OUTPUT") or REPO / "out" / "test-artifacts")
+def output_dir(tmp_path) -> Path:
+    """Where the browser test leaves its screenshot: PROV_TRACE_TEST_OUTPUT when set (to keep it), else its temp dir."""
+    d = Path(os.environ.get("PROV_TRACE_TEST_OUTPUT") or tmp_path / "artifacts")
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -196,7 +159,13 @@ def test_html_renders_and_highlights_in_chromium(mlp_run, tmp_path, output_dir):
     assert r["svg_nodes"] == r["svg_drawn_nodes"] == len(g["lineage"]["nodes"])
     assert r["svg_edges"] == len(g["lineage"]["edges"]) and r["svg_width"] > 0
     # A cell lists the objects behind its n/N.
-    assert r["cell"]["label"].endswith(" 8/9") and r["cell"]["listed"] == 9 and "l_x_" in r["cell"]["text"]
+    # (The page shows the first ◐ cell: the MLP's nn_module_stack in the graph Dynamo handed Inductor,
+    # 2 of its 3 compute nodes.)
+    row, st = next((row, st) for row in g["matrix"] for st in model["stage_order"] if row["cells"][st]["state"] == "some")
+    cell = row["cells"][st]
+    assert (row["field"], st, cell["n"], cell["total"]) == ("nn_module_stack", "dynamo_graph", 2, 3)
+    assert r["cell"]["field"] == row["field"] and r["cell"]["label"].endswith(f" {cell['n']}/{cell['total']}")
+    assert r["cell"]["listed"] == cell["total"] and all(n in r["cell"]["text"] for n in cell["objects"])
     # Clicking the first line that flows anywhere highlights exactly what it flows into.
     line19 = next(s for s in g["survival"] if s["text"] == "x = self.fc1(x)")
     start = f"source:{line19['file']}:{line19['line']}"
@@ -213,9 +182,14 @@ def test_html_renders_and_highlights_in_chromium(mlp_run, tmp_path, output_dir):
     assert "&lt;script&gt;window.__provtrace_injected=1&lt;/script&gt;" in dom
 
     shot = output_dir / "audit-selftest.png"
-    proc = _browse(tmp_path, page.as_uri() + "#selftest", f"--screenshot={shot}", "--window-size=1400,1400", "--hide-scrollbars")
-    assert shot.exists() and shot.stat().st_size > 10_000, proc.stderr[-2000:]
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    proc = _browse(tmp_path, page.as_uri() + "#selftest", f"--screenshot={shot}", "--window-size=1000,700", "--hide-scrollbars")
+    assert shot.exists(), proc.stderr[-2000:]
+    width, height, hist = _png_pixels(shot.read_bytes())
+    assert (width, height) == (1000, 700)
+    # The matrix is drawn at the top in self-test mode: its cells' colours (report.css) cover real area.
+    # The MLP has cells populated on all (green), some (amber) and none (red) of their objects.
+    for state, rgb in (("all", (0xB9, 0xE4, 0xBD)), ("some", (0xFF, 0xE1, 0xA8)), ("none", (0xF7, 0xB9, 0xB9))):
+        assert hist.get(rgb, 0) > 1000, (state, hist.get(rgb, 0))
 
 
 def test_graph_break_html_in_chromium(graph_break_run, tmp_path):

@@ -10,10 +10,10 @@ import msgpack
 import pytest
 
 from conftest import cli
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.report.model import build
-from prov_trace.report.reader import TraceReadError, read_stream, read_trace
-from prov_trace.tracer.stream import TraceWriter
+from prov_trace.stream.reader import TraceReadError, read_stream, read_trace
+from prov_trace.stream.writer import TraceWriter
 
 
 def _header(**over):
@@ -117,7 +117,7 @@ def test_report_never_overwrites_its_trace(mlp_run, tmp_path):
 
 def test_packed_items_are_spliced_byte_for_byte(tmp_path):
     """Snapshots kept packed (a PackedList) write exactly the bytes the plain dicts would, wherever they sit."""
-    from prov_trace.packed import PackedList, new_packer
+    from prov_trace.stream.packed import PackedList, new_packer
 
     items = [{"name": "relu", "args": [1, 2.5, None], "text": "bad \udcff utf-8"}, {"name": "out", "meta": {}}]
     nodes = PackedList()
@@ -139,8 +139,8 @@ def test_packed_items_are_spliced_byte_for_byte(tmp_path):
 
 def test_packed_items_are_checked_against_the_reader_limits(tmp_path, monkeypatch):
     """A record whose items are kept packed is still refused (and replaced by an error record) past a reader limit."""
-    from prov_trace.packed import PackedList, new_packer
-    from prov_trace.tracer import stream
+    from prov_trace.stream.packed import PackedList, new_packer
+    from prov_trace.stream import writer as stream
 
     monkeypatch.setattr(stream, "_CHECK_ABOVE", 64)
     monkeypatch.setattr(stream, "_UNPACK_LIMITS", {**stream._UNPACK_LIMITS, "max_array_len": 10, "max_str_len": 100})

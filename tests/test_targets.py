@@ -103,10 +103,10 @@ def test_builtin_is_not_a_python_function():
 
 
 def test_lazy_target_resolves_when_its_module_is_imported(tmp_path, monkeypatch):
-    from prov_trace.probes.base import Hook, Profile
-    from prov_trace.report.reader import read_trace
+    from prov_trace.contract import Hook, Profile
+    from prov_trace.stream.reader import read_trace
     from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     (tmp_path / "late_mod_for_test.py").write_text(textwrap.dedent("""
         def work(a, b=2):

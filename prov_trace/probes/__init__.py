@@ -1,5 +1,5 @@
 """Probes: pure functions from live compile-path objects to plain data, and the profiles that place them."""
 
-from prov_trace.probes.base import Hook, ProbeCall, Profile
+from prov_trace.contract import Hook, ProbeCall, Profile
 
 __all__ = ["Hook", "ProbeCall", "Profile"]

@@ -12,17 +12,10 @@ import re
 from typing import Any
 
 from prov_trace.probes.snapshot import cut_str
+from prov_trace.stream.schema import is_provenance_comment
 
 _DEF_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*) = async_compile\.(?P<how>\w+)\(")
 _CALL_RE = re.compile(r"^\s+(?:(?P<assign>[\w, ]+)\s*=\s*)?(?P<name>(?:extern_kernels\.\w+|torch\.ops\.[\w.]+|[A-Za-z_]\w*))(?:\.run)?\(")
-#: Comment lines that carry provenance, as Inductor 2.13 writes them.
-PROVENANCE_MARKERS = (
-    "Topologically Sorted Source Nodes",
-    "Original ATen",
-    "Source node to ATen node mapping",
-    "[Provenance debug handles]",
-    "Graph fragment",
-)
 
 
 def _comments_above(lines: list[str], index: int) -> list[str]:
@@ -33,10 +26,6 @@ def _comments_above(lines: list[str], index: int) -> list[str]:
         i -= 1
     out.reverse()
     return out
-
-
-def is_provenance_comment(line: str) -> bool:
-    return any(marker in line for marker in PROVENANCE_MARKERS)
 
 
 def scan_module_source(text: str) -> list[dict[str, Any]]:
@@ -71,6 +60,12 @@ def scan_module_source(text: str) -> list[dict[str, Any]]:
         else:
             continue
         entry["calls"].append({"line": i + 1, "comments": _comments_above(lines, i)})
+    return with_provenance_comments(kernels)
+
+
+def with_provenance_comments(kernels: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each scanned kernel with ``provenance_comments``: the provenance comments above its definition
+    and above each of its calls (whatever language the scanner read)."""
     for entry in kernels.values():
         found = [c for c in entry["comments"] if is_provenance_comment(c)]
         for call in entry["calls"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import types
 
-from prov_trace import schema
+from prov_trace.stream import schema
 
 _MAX_WALK = 60
 
@@ -43,11 +43,36 @@ def graph_kind(frame: types.FrameType | None) -> str | None:
     return None
 
 
+#: The compile id of what torch.export and AOTInductor compile: no Dynamo compile id is current there.
+EXPORT_ID = "export"
+
+
+def aot_graph_kind(frame: types.FrameType | None) -> str | None:
+    """inference / forward / backward for an AOT graph, read from the AOT function the probe fired in."""
+    if frame is None:
+        return None
+    name = frame.f_code.co_name
+    if name == "_aot_stage2b_bw_compile":
+        return "backward"
+    if name == "_aot_stage2b_compile_forward_or_inference":
+        return "inference" if frame.f_locals.get("is_inference") else "forward"
+    return graph_kind(frame)
+
+
 def inductor_context(stage: str, frame: types.FrameType) -> tuple[str | None, str | None]:
     if stage == schema.SOURCE:
+        if frame.f_code.co_name == "_export":
+            return EXPORT_ID, None
         cid = frame.f_locals.get("compile_id")
         return (None if cid is None else str(cid)), None
-    if stage == schema.PRE_GRAD:
+    if stage == schema.EXPORT_GRAPH:
+        return EXPORT_ID, None
+    cid = compile_id()
+    # No Dynamo compile is current: Inductor compiles an exported program (AOTInductor).
+    cid = EXPORT_ID if cid is None else cid
+    if stage in (schema.PRE_GRAD, schema.DYNAMO_GRAPH):
         # The Dynamo graph, before AOT autograd splits it: shared by every graph of this compile id.
-        return compile_id(), None
-    return compile_id(), graph_kind(frame)
+        return cid, None
+    if stage == schema.AOT_GRAPH:
+        return cid, aot_graph_kind(frame)
+    return cid, graph_kind(frame)

@@ -7,7 +7,7 @@ from typing import Any
 
 from prov_trace.probes.snapshot import (
     MAX_ITEMS,
-    MAX_RECORD_BYTES,
+    MAX_SNAPSHOT_BYTES,
     MAX_TRACE_STR,
     BoundedList,
     cut_str,
@@ -16,7 +16,7 @@ from prov_trace.probes.snapshot import (
     type_name,
 )
 from prov_trace.probes.source import source_of_stack_trace
-from prov_trace.schema import FX_FIELDS
+from prov_trace.stream.schema import FX_FIELDS
 
 #: Bound on input names per node.
 MAX_NAMES = 256
@@ -24,7 +24,7 @@ MAX_NAMES = 256
 #: Bound on nodes per graph snapshot; a larger graph is cut and the cut counted.
 MAX_NODES = 50_000
 #: Bound on one graph record's packed size (well under the reader's record limit); past it, nodes are cut.
-MAX_GRAPH_BYTES = MAX_RECORD_BYTES
+MAX_GRAPH_BYTES = MAX_SNAPSHOT_BYTES
 MAX_FROM_NODE_DEPTH = 32
 #: Bound on the NodeSource entries kept per from_node chain, all levels together (a chain may be a wide tree).
 MAX_FROM_NODE_ITEMS = 256

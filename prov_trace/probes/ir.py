@@ -10,7 +10,7 @@ from typing import Any
 
 from prov_trace.probes.snapshot import (
     MAX_ITEMS,
-    MAX_RECORD_BYTES,
+    MAX_SNAPSHOT_BYTES,
     MAX_TRACE_STR,
     BoundedList,
     cut_str,
@@ -23,7 +23,7 @@ from prov_trace.probes.source import source_of_stack_trace
 
 #: Bounds on one op-list record: ops kept, and packed bytes; past either, the rest are counted in ``cut_ops``.
 MAX_OPS = 50_000
-MAX_OPS_BYTES = MAX_RECORD_BYTES
+MAX_OPS_BYTES = MAX_SNAPSHOT_BYTES
 _MISSING = object()
 
 
@@ -123,7 +123,7 @@ def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
     kept = BoundedList(MAX_OPS, MAX_OPS_BYTES, "ops")
     for snode in snodes:
         members = []
-        group = _snode_name(snode)
+        group = snode_name(snode)
         try:
             inner = snode.get_nodes()
         except Exception:  # noqa: BLE001
@@ -138,7 +138,7 @@ def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
     return {"op_count": kept.total, "ops": kept.items, "groups": groups, **kept.marks("cut_ops")}
 
 
-def _snode_name(snode: Any) -> str:
+def snode_name(snode: Any) -> str:
     try:
         return snode.get_name()
     except Exception:  # noqa: BLE001

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from prov_trace.probes.ir import _snode_name, snapshot_op
+from prov_trace.probes.ir import snode_name, snapshot_op
 from prov_trace.probes.snapshot import cut_str, safe_str
 
 
@@ -35,7 +35,7 @@ def _ops_of_schedule(node_schedule: Any) -> tuple[list[dict[str, Any]], list[str
     for snode in node_schedule or ():
         if not hasattr(snode, "get_nodes"):
             continue  # Triton's EnableReduction / DisableReduction markers
-        snode_names.append(_snode_name(snode))
+        snode_names.append(snode_name(snode))
         for m in snode.get_nodes():
             node = getattr(m, "node", None)
             if node is not None:

@@ -6,9 +6,9 @@ anywhere else. docs/profiles.md explains each target choice.
 
 from __future__ import annotations
 
-from prov_trace import schema
-from prov_trace.probes import artifact, fx, ir, kernels, source, spyre
-from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
+from prov_trace.stream import schema
+from prov_trace.probes import artifact, fx, graphs, ir, kernels, source, spyre
+from prov_trace.contract import ENTRY, RETURN, Hook, ProbeCall, Profile
 from prov_trace.probes.context import inductor_context
 
 # --- probes shared by the stock Inductor profiles -------------------------------------
@@ -70,19 +70,50 @@ _COMMON = (
          "Extern kernels (e.g. CPU addmm) never reach define_kernel; this is where Inductor records their provenance."),
 )
 
+_AOT = "torch._functorch._aot_autograd.graph_compile"
+
+#: The graphs every torch.compile backend and torch.export have, on every stock profile: with
+#: backend="aot_eager" or a user's function, they are what the report measures.
+_PATHS = (
+    Hook(schema.DYNAMO_GRAPH, "torch._dynamo.output_graph:OutputGraph._call_user_compiler", ENTRY,
+         graphs.probe_dynamo_graph, ("self", "gm"),
+         "The GraphModule Dynamo hands to the backend, whatever the backend; `self.compiler_fn.__name__` names "
+         "it. Entry, not return: a backend may rewrite the graph in place (Inductor's pre-grad passes do)."),
+    # AOT's graphs for any aot_autograd backend. The backward graph is read when AOT builds it (at the
+    # forward's compile), even where its compile is lazy (at the first backward call).
+    Hook(schema.AOT_GRAPH, f"{_AOT}:_aot_stage2b_compile_forward_or_inference", ENTRY, graphs.probe_aot_forward,
+         ("fw_module", "is_inference"), "AOT autograd's forward or inference graph, as its compiler receives it.",
+         torch=">=2.10"),
+    Hook(schema.AOT_GRAPH, f"{_AOT}:_aot_stage2b_bw_compile", ENTRY, graphs.probe_aot_backward, ("bw_module",),
+         "AOT autograd's backward graph, as its compiler will receive it.", torch=">=2.10"),
+    # torch.export: neither Dynamo's _compile nor the Dynamo graph is on the non-strict path (the default).
+    Hook(schema.SOURCE, "torch.export._trace:_export", RETURN, graphs.probe_export_source, ("mod",),
+         "torch.export's entry for strict and non-strict export alike: the user's module, whose forward is the source."),
+    Hook(schema.EXPORT_GRAPH, "torch.export._trace:_export", RETURN, graphs.probe_export_graph, ("mod",),
+         "The ExportedProgram's graph: the FX graph a user deploys, with its nodes' stack_trace."),
+)
+
 _ARTIFACT = Hook(
     schema.ARTIFACT, "torch._inductor.graph:GraphLowering.compile_to_module", RETURN, probe_artifact, ("self",),
     "Returns the generated module; its __file__ is the exact emitted source, scanned for provenance comments.",
+)
+#: AOTInductor (aoti_compile_and_package) never calls compile_to_module: its artifact is the C++ it wrote.
+_AOTI_ARTIFACT = Hook(
+    schema.ARTIFACT, "torch._inductor.codecache:AotCodeCompiler.compile", RETURN, graphs.probe_aoti_artifact,
+    ("graph", "wrapper_code", "kernel_code"),
+    "AOTInductor's compile: returns the files it wrote (the wrapper and kernel .cpp, the .so, metadata); "
+    "the C++ sources are scanned for the provenance comments Inductor writes above each kernel call.",
 )
 
 INDUCTOR_CPU = Profile(
     name="inductor-cpu",
     description="stock Inductor on the CPU: C++ kernels from CppScheduling, extern kernels for matmuls",
-    hooks=_COMMON + (
+    hooks=_COMMON + _PATHS + (
         Hook(schema.KERNEL_SPEC, "torch._inductor.codegen.cpp:CppScheduling.define_kernel", RETURN,
              probe_cpp_kernel, ("nodes",),
              "The C++ backend names each generated kernel here; `nodes` are the scheduler nodes it was built from."),
         _ARTIFACT,
+        _AOTI_ARTIFACT,
     ),
     context=inductor_context,
 )
@@ -90,11 +121,12 @@ INDUCTOR_CPU = Profile(
 INDUCTOR_TRITON = Profile(
     name="inductor-triton",
     description="stock Inductor on CUDA: Triton kernels from TritonScheduling",
-    hooks=_COMMON + (
+    hooks=_COMMON + _PATHS + (
         Hook(schema.KERNEL_SPEC, "torch._inductor.codegen.triton:TritonScheduling.define_kernel", RETURN,
              probe_triton_kernel, ("node_schedule",),
              "The Triton backend names each generated kernel here; `node_schedule` holds its scheduler nodes."),
         _ARTIFACT,
+        _AOTI_ARTIFACT,
     ),
     context=inductor_context,
 )
@@ -151,19 +183,50 @@ def spyre_installed() -> bool:
         return False
 
 
+def gpu_device_nodes() -> bool | None:
+    """Whether the kernel shows a GPU torch could use as "cuda": NVIDIA's /dev/nvidia0.. or AMD's /dev/kfd.
+
+    None where this can't be told from the file system (not Linux). Costs a directory listing.
+    """
+    import glob
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
+
+
 def cuda_available() -> tuple[bool, str]:
-    """Whether torch sees a CUDA device, and why not when it doesn't."""
+    """Whether torch sees a CUDA device, and why not when it doesn't.
+
+    Never initialises CUDA in this process: a program that forks workers after prov-trace
+    asked would otherwise fail in them ("Cannot re-initialize CUDA in forked subprocess").
+    On a Linux machine with no GPU device node, torch is not even imported (the program
+    imports it when it needs it, at no extra cost); elsewhere NVML counts the devices,
+    and only where NVML can't answer does torch's own check run.
+    """
+    import sys
+
+    if "torch" not in sys.modules and gpu_device_nodes() is False:
+        return False, "this machine has no GPU device node: no /dev/nvidia*, no /dev/kfd"
     try:
         import torch
     except Exception as exc:  # noqa: BLE001
         return False, f"torch cannot be imported ({type(exc).__name__})"
+    built = getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)
+    if not built:
+        return False, "torch is built without CUDA"
     try:
-        if torch.cuda.is_available():
-            return True, f"torch sees {torch.cuda.device_count()} CUDA device(s)"
+        count_nvml = getattr(torch.cuda, "_device_count_nvml", None)
+        count = count_nvml() if callable(count_nvml) and not getattr(torch.version, "hip", None) else -1
+        if count is None or count < 0:  # no NVML (or ROCm): torch's own check, which initialises the driver
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as exc:  # noqa: BLE001
-        return False, f"torch.cuda.is_available() raised {type(exc).__name__}"
-    built = getattr(torch.version, "cuda", None)
-    return False, ("torch is built with CUDA " + built + " but sees no CUDA device") if built else "torch is built without CUDA"
+        return False, f"asking torch for CUDA devices raised {type(exc).__name__}"
+    if count > 0:
+        return True, f"torch sees {count} CUDA device(s)"
+    return False, f"torch is built with CUDA {built} but sees no CUDA device"
 
 
 def choose(name: str, device: str | None = None) -> tuple[Profile, str]:

@@ -15,7 +15,8 @@ import itertools
 import sys
 from typing import Any, Callable
 
-from prov_trace.packed import PackedList, new_packer
+from prov_trace.stream import schema
+from prov_trace.stream.packed import PackedList, new_packer
 
 MAX_STR = 2000
 MAX_TRACE_STR = 8000
@@ -24,9 +25,9 @@ MAX_DEPTH = 4
 
 CUT_MARK = "…[cut {n} chars]"
 
-#: Bound on one graph or op-list record's packed size (well under the reader's 256 MiB record
-#: limit); past it, the rest of the items are counted, not kept.
-MAX_RECORD_BYTES = 128 * 1024 * 1024
+#: Bound on one graph or op-list snapshot's packed size: half of what a reader accepts for a whole
+#: record, leaving room for the record's other keys; past it, the rest of the items are counted, not kept.
+MAX_SNAPSHOT_BYTES = schema.MAX_RECORD_BYTES // 2
 
 class BoundedList:
     """Snapshots of a graph's items (FX nodes, IR ops), kept up to a count and a packed-byte bound.

@@ -61,17 +61,39 @@ def source_of_stack_trace(text: Any) -> dict[str, Any] | None:
     return {"file": fr["file"], "line": fr["line"], "func": fr["func"], "text": fr["text"]}
 
 
+#: The source of the programs prov-trace runs (path -> lines), read once as each starts: a program that
+#: deletes or rewrites its own file still has its text. linecache is left alone, so the program's own
+#: tracebacks and torch's stack traces read the file as they would untraced.
+_PROGRAMS: dict[str, list[str]] = {}
+
+
+def remember_program(path: str, text: str) -> None:
+    _PROGRAMS[path] = text.splitlines()
+
+
+def forget_program(path: str) -> None:
+    _PROGRAMS.pop(path, None)
+
+
+def _line(filename: str, n: int) -> str:
+    lines = _PROGRAMS.get(filename)
+    if lines is not None:
+        return lines[n - 1] if 0 < n <= len(lines) else ""
+    return linecache.getline(filename, n)
+
+
 def snapshot_code(code: types.CodeType) -> dict[str, Any]:
     """The source stage: every line of a code object Dynamo compiles, with its text."""
     lines = sorted({ln for _, _, ln in code.co_lines() if ln is not None and ln >= code.co_firstlineno})
     filename = code.co_filename
-    # The `def` line itself holds no statement of the body (only the frame's RESUME maps to it).
-    if lines and lines[0] == code.co_firstlineno and linecache.getline(filename, lines[0]).lstrip().startswith(("def ", "async def ")):
+    # The first line, `def` or a decorator's (a decorated function's first line), holds no statement of
+    # the body: only the frame's RESUME maps to it.
+    if lines and lines[0] == code.co_firstlineno and _line(filename, lines[0]).lstrip().startswith(("def ", "async def ", "@")):
         lines = lines[1:]
     return {
         "file": filename,
         "qualname": getattr(code, "co_qualname", code.co_name),
         "first_line": code.co_firstlineno,
         "user": not is_library_file(filename),
-        "lines": [{"line": ln, "text": cut_str(linecache.getline(filename, ln).strip(), 400)} for ln in lines],
+        "lines": [{"line": ln, "text": cut_str(_line(filename, ln).strip(), 400)} for ln in lines],
     }

@@ -10,14 +10,15 @@ the report. docs/probes.md documents the syntax and the file format.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.probes import fx, ir
-from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall
+from prov_trace.contract import ENTRY, RETURN, Hook, ProbeCall, TargetError, TargetSpec
 from prov_trace.probes.snapshot import (
     MAX_ITEMS,
     dataclass_fields,
@@ -26,7 +27,6 @@ from prov_trace.probes.snapshot import (
     safe_populated,
     type_name,
 )
-from prov_trace.tracer.targets import TargetError, TargetSpec
 
 EVENTS: dict[str, tuple[str, ...]] = {"entry": (ENTRY,), "return": (RETURN,), "both": (ENTRY, RETURN)}
 #: At return the snapshot holds the arguments too, so one record has both.
@@ -157,6 +157,8 @@ def load_file(path: str) -> list[UserProbe]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ProbeSpecError(f"{path}:{line}: the file is not UTF-8 text") from None
+    if text.startswith("\ufeff"):  # a byte-order mark some editors write: not part of the TOML
+        text = text[1:]
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -276,7 +278,7 @@ def _parameters(call: ProbeCall) -> list[str]:
         return list(call.locals)
     co = frame.f_code
     n = co.co_argcount + co.co_kwonlyargcount
-    n += bool(co.co_flags & 0x04) + bool(co.co_flags & 0x08)  # *args, **kwargs
+    n += bool(co.co_flags & inspect.CO_VARARGS) + bool(co.co_flags & inspect.CO_VARKEYWORDS)
     return list(co.co_varnames[:n])
 
 

@@ -14,7 +14,8 @@ Grammar (docs/check.md)::
 least one has; ``=none``: none has. A number compares the populated fraction
 n/N. A rule is evaluated in every graph of the trace and holds only when it
 holds in each. A stage that did not fire fails every rule; a stage that fired
-with no objects satisfies only ``=none``, ``<`` and ``<=``.
+with no objects satisfies only ``=none``, ``<`` and ``<=``. A rule that would
+check no cell at all (``*`` on a field no stage of the trace measures) fails.
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from prov_trace.errors import UsageError
+from prov_trace.report.model import FIELDS
+
 LEVEL_WORDS = ("all", "any", "none")
 OPS = (">=", "<=", "==", "=", ">", "<")
 
 _RULE = re.compile(r"^\s*(?P<stage>[^:\s]+)\s*:\s*(?P<field>.+?)\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
 
 
-class RuleError(Exception):
+class RuleError(UsageError):
     """A rule that cannot be parsed or names nothing in the trace; the message is one sentence."""
 
 
@@ -60,8 +64,12 @@ class Rule:
 def parse_rule(text: str) -> Rule:
     m = _RULE.match(text or "")
     if not m:
+        if re.match(r"^\s*[^:\s]+\s*:\s*[^=<>]+$", text or ""):
+            # STAGE:FIELD with no operator: an unquoted '>=0.5' was taken by the shell as a redirection.
+            raise RuleError(f"the rule {text!r} has no operator: if you wrote {text.strip()}>=..., the shell read '>' "
+                            f"as a redirection; quote the rule, e.g. --require '{text.strip()}>=0.5'")
         raise RuleError(f"cannot read the rule {text!r}: write STAGE:FIELD=LEVEL, e.g. kernel_spec:origins=all "
-                        "or post_grad:stack_trace>=0.5 (see docs/check.md)")
+                        "or 'post_grad:stack_trace>=0.5' (see docs/check.md)")
     stage, field, op, level = m.group("stage"), m.group("field"), m.group("op"), m.group("level")
     if level.lower() in LEVEL_WORDS:
         if op not in ("=", "=="):
@@ -78,21 +86,29 @@ def parse_rule(text: str) -> Rule:
 
 def _resolve(rule: Rule, model: dict[str, Any]) -> list[str]:
     """The stages a rule applies to; RuleError when it names a stage or field the report does not have."""
-    fields = {}
+    fields: dict[str, set[str]] = {}
+    not_yet: dict[tuple[str, str], str] = {}
     for g in model["graphs"]:
         for r in g["matrix"]:
             fields.setdefault(r["field"], set()).update(st for st, c in r["cells"].items() if c["state"] != "na")
+            not_yet.update({(r["field"], st): c["reason"] for st, c in r["cells"].items() if c.get("reason")})
     if not fields:
-        from prov_trace.report.model import FIELDS
-
-        fields = {f: set(where) for _, f, where in FIELDS}
+        fields = {f.field: set(f.measured_at) for f in FIELDS}
     if rule.field not in fields:
+        spec = next((f for f in FIELDS if f.field == rule.field and f.profiles), None)
+        if spec is not None:
+            raise RuleError(f"in the rule {rule.text!r}, {rule.field} is measured only with the "
+                            f"{' or '.join(spec.profiles)} profile, and this trace used "
+                            f"{model['header'].get('profile') or 'another'}")
         raise RuleError(f"in the rule {rule.text!r}, there is no field {rule.field!r}: the fields are {', '.join(sorted(fields))}")
     measured = [st for st in model["stage_order"] if st in fields[rule.field]]
     if rule.stage == "*":
         return measured
     if rule.stage not in model["stage_order"]:
         raise RuleError(f"in the rule {rule.text!r}, there is no stage {rule.stage!r}: the stages are {', '.join(model['stage_order'])}")
+    if rule.stage not in fields[rule.field] and (rule.field, rule.stage) in not_yet:
+        raise RuleError(f"in the rule {rule.text!r}, {rule.field} cannot exist yet at {rule.stage} "
+                        f"({not_yet[(rule.field, rule.stage)]}): it is measured at {', '.join(measured) or 'no stage'}")
     if rule.stage not in fields[rule.field]:
         raise RuleError(f"in the rule {rule.text!r}, {rule.field} is not measured at {rule.stage}: it is measured at "
                         f"{', '.join(measured) or 'no stage'}")
@@ -124,6 +140,10 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
         if not chosen:
             failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
                              "why": "the trace holds no graph: nothing was compiled"})
+        elif not stages:  # `*` on a field no stage's objects carry: a rule that checks nothing must not pass
+            failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
+                             "why": f"{rule.field} is measured at no stage of this trace (no stage's objects have "
+                                    "such a slot), so the rule checks nothing"})
         results.append({"rule": rule.text, "holds": not failures, "checked": checked, "failures": failures})
     return results
 

@@ -1,10 +1,11 @@
 """Compare two report models: what changed between trace A and trace B.
 
-Pure: two models in (``model.build``), one plain-data diff out, and renderers
-for it (Markdown, HTML, JSON). Graphs are matched by label (compile id and
+Pure: two models in (``model.build``), one plain-data diff out; ``render`` draws
+it through the view layer (``views.diff_document``) as Markdown, HTML or JSON. Graphs are matched by label (compile id and
 graph kind), objects by name within a stage, source lines by file and line.
 
-A *regression* is a field whose population dropped at a stage: a cell that had
+A *regression* is a graph of A that B does not have (B compiled less, or
+nothing), or a field whose population dropped at a stage: a cell that had
 populated objects in A and, in B, has a smaller populated fraction, or was not
 measured at all (the stage did not fire, or produced no objects).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prov_trace.report.markdown import _table, code, esc
+from prov_trace.report import html, jsonout, markdown, views
 
 S_NA = "na"
 
@@ -53,6 +54,10 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         entry: dict[str, Any] = {"label": label, "in": "both" if x and y else ("a" if x else "b"),
                                  "fields": [], "objects": {}, "edges": {"added": [], "removed": []}, "survival": []}
         graphs.append(entry)
+        if x and not y:
+            # B compiled less: every field A measured in that graph is gone with it.
+            regressions.append({"graph": label, "kind": "graph", "layer": None, "field": None, "stage": None,
+                                "change": "lost"})
         if not (x and y):
             continue
         rows_b = {(r["layer"], r["field"]): r for r in y["matrix"]}
@@ -68,13 +73,14 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 row = {"layer": ra["layer"], "field": ra["field"], "stage": st, "a": _cell(ca), "b": _cell(cb), "change": change}
                 entry["fields"].append(row)
                 if change == "down":
-                    regressions.append({"graph": label, **row})
+                    regressions.append({"graph": label, "kind": "field", **row})
         for st in order:
             sa, sb = x["stages"].get(st), y["stages"].get(st)
             na = [str(o["name"]) for o in (sa or {}).get("objects", [])]
             nb = [str(o["name"]) for o in (sb or {}).get("objects", [])]
-            added = [n for n in nb if n not in set(na)]
-            removed = [n for n in na if n not in set(nb)]
+            set_a, set_b = set(na), set(nb)  # once per stage: a set per element would be quadratic
+            added = [n for n in nb if n not in set_a]
+            removed = [n for n in na if n not in set_b]
             if added or removed:
                 entry["objects"][st] = {"added": added, "removed": removed, "a": len(na), "b": len(nb)}
         ea = {(e["from"], e["to"]) for e in (x.get("lineage") or {}).get("edges", [])}
@@ -113,107 +119,16 @@ def _rank(order: list[str], stage: str | None) -> int:
     return order.index(stage) if stage in order else -1
 
 
-def _sym(c: dict[str, Any], symbols: dict[str, Any]) -> str:
-    sym = symbols.get(c["state"], {}).get("symbol", c["state"])
-    return f"{sym} {c['n']}/{c['total']}" if c["state"] in ("all", "some", "none") else sym
+def render(d: dict[str, Any], fmt: str = "md") -> str:
+    """The diff as Markdown, HTML (one static page) or JSON."""
+    if fmt == "json":
+        return jsonout.render(d, kind="diff")
+    doc = views.diff_document(d)
+    return html.render_document(doc) if fmt == "html" else markdown.render_document(doc)
 
 
-def _arrow(change: str) -> str:
-    return {"down": "▼ dropped", "up": "▲ rose", "changed": "changed", "earlier": "▼ earlier",
-            "later": "▲ later"}.get(change, change)
-
-
-def render_markdown(d: dict[str, Any]) -> str:
-    titles, sy = d["stage_titles"], d["symbols"]
-    t = lambda st: titles.get(st, st) if st else "never attached"  # noqa: E731
-    out = ["# Provenance diff", "", *_table(["", ""], [
-        ["A", code(d["a"]["path"]) + ("" if d["a"]["complete"] else " (partial)")],
-        ["B", code(d["b"]["path"]) + ("" if d["b"]["complete"] else " (partial)")],
-    ]), ""]
-    n_fields = sum(len(g["fields"]) for g in d["graphs"])
-    out += [f"{len(d['regressions'])} field population drop(s), {n_fields} population change(s), "
-            f"{d['survival_earlier']} source line(s) whose provenance now ends at an earlier stage.", ""]
-    for g in d["graphs"]:
-        out += [f"## Graph {esc(g['label'])}", ""]
-        if g["in"] != "both":
-            out += [f"Only in {g['in'].upper()}.", ""]
-            continue
-        out += ["### Field population", ""]
-        if g["fields"]:
-            out += _table(["Layer", "Field", "Stage", "A", "B", "Change"], [
-                [esc(r["layer"]), code(r["field"]), esc(t(r["stage"])), _sym(r["a"], sy), _sym(r["b"], sy), _arrow(r["change"])]
-                for r in g["fields"]])
-        else:
-            out += ["No change."]
-        out += ["", "### Objects added and removed", ""]
-        if g["objects"]:
-            out += _table(["Stage", "A", "B", "Added", "Removed"], [
-                [esc(t(st)), str(o["a"]), str(o["b"]), ", ".join(code(n) for n in o["added"][:50]),
-                 ", ".join(code(n) for n in o["removed"][:50])] for st, o in g["objects"].items()])
-        else:
-            out += ["No change."]
-        if g["edges"]["added"] or g["edges"]["removed"]:
-            out += ["", f"Lineage edges: {len(g['edges']['added'])} added, {len(g['edges']['removed'])} removed.", ""]
-            out += _table(["Change", "From", "To"], [["added", code(a), code(b)] for a, b in g["edges"]["added"][:100]]
-                          + [["removed", code(a), code(b)] for a, b in g["edges"]["removed"][:100]])
-        out += ["", "### Source lines whose survival moved", ""]
-        if g["survival"]:
-            out += _table(["Line", "Source", "A: last attached", "B: last attached", "A: first lost", "B: first lost", "Change"], [
-                [code(f"{_base(s['file'])}:{s['line']}"), code(s["text"]), esc(t(s["a"]["last_stage"])), esc(t(s["b"]["last_stage"])),
-                 esc(t(s["a"]["lost_at"]) if s["a"]["lost_at"] else "survives"),
-                 esc(t(s["b"]["lost_at"]) if s["b"]["lost_at"] else "survives"), _arrow(s["change"])]
-                for s in g["survival"]])
-        else:
-            out += ["No change."]
-        out += [""]
-    return "\n".join(out) + "\n"
-
-
-def _base(path: Any) -> str:
-    return str(path or "").replace("\\", "/").rsplit("/", 1)[-1]
-
-
-def render_html(d: dict[str, Any]) -> str:
-    """The same tables as the Markdown, as one self-contained page (no script, no network)."""
-    from prov_trace.report.html import CSS, h
-
-    md_rows: list[str] = []
-    titles, sy = d["stage_titles"], d["symbols"]
-    t = lambda st: titles.get(st, st) if st else "never attached"  # noqa: E731
-
-    def table(headers: list[str], rows: list[list[str]]) -> None:
-        md_rows.append("<table><thead><tr>" + "".join(f"<th>{x}</th>" for x in headers) + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows) + "</tbody></table>")
-
-    md_rows.append(f"<p>A: <code>{h(d['a']['path'])}</code><br>B: <code>{h(d['b']['path'])}</code></p>")
-    md_rows.append(f"<p>{len(d['regressions'])} field population drop(s); {d['survival_earlier']} source line(s) "
-                   "whose provenance now ends at an earlier stage.</p>")
-    for g in d["graphs"]:
-        md_rows.append(f"<h2>Graph {h(g['label'])}</h2>")
-        if g["in"] != "both":
-            md_rows.append(f"<p>Only in {h(g['in'].upper())}.</p>")
-            continue
-        md_rows.append("<h3>Field population</h3>")
-        table(["Layer", "Field", "Stage", "A", "B", "Change"], [
-            [h(r["layer"]), f"<code>{h(r['field'])}</code>", h(t(r["stage"])), h(_sym(r["a"], sy)), h(_sym(r["b"], sy)),
-             f'<span class="{"st-none" if r["change"] == "down" else "st-all" if r["change"] == "up" else ""}">{h(_arrow(r["change"]))}</span>']
-            for r in g["fields"]])
-        md_rows.append("<h3>Objects added and removed</h3>")
-        table(["Stage", "A", "B", "Added", "Removed"], [
-            [h(t(st)), h(o["a"]), h(o["b"]), ", ".join(f"<code>{h(n)}</code>" for n in o["added"][:200]),
-             ", ".join(f"<code>{h(n)}</code>" for n in o["removed"][:200])] for st, o in g["objects"].items()])
-        md_rows.append("<h3>Source lines whose survival moved</h3>")
-        table(["Line", "Source", "A: last attached", "B: last attached", "Change"], [
-            [f"<code>{h(_base(s['file']))}:{h(s['line'])}</code>", f"<code>{h(s['text'])}</code>",
-             h(t(s["a"]["last_stage"])), h(t(s["b"]["last_stage"])), h(_arrow(s["change"]))] for s in g["survival"]])
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-            f"<title>Provenance diff</title><style>{CSS}</style></head><body><h1>Provenance diff</h1>\n"
-            + "\n".join(md_rows) + "\n</body></html>\n")
-
-
-def render_json(d: dict[str, Any]) -> str:
-    from prov_trace.report.jsonout import render
-
-    return render(d, kind="diff")
-
+def describe(r: dict[str, Any]) -> str:
+    """One regression in a few words, for a terminal."""
+    if r.get("kind") == "graph":
+        return f"graph {r['graph']} is missing from B"
+    return f"{r['field']} at {r['stage']} in graph {r['graph']}"

@@ -1,6 +1,7 @@
 """JSON renderer: the report model as it is, with a format name and version.
 
-The shape is described by docs/report.schema.json. Strings are made valid
+The shape is described by docs/report.schema.json. A string over 64 KiB
+characters is cut, marked ``…[cut N chars]``. Strings are made valid
 Unicode (a stray surrogate from undecodable trace bytes becomes U+FFFD), and
 anything that is not JSON (a tuple, bytes, a non-finite float) becomes its
 nearest JSON value, so any JSON reader can load the output.
@@ -13,8 +14,11 @@ import math
 import re
 from typing import Any
 
+from prov_trace.report.text import MAX_JSON_TEXT, cut
+
 FORMAT = "prov-trace-report"
-VERSION = 1
+#: 2: FX matrix cells count compute nodes only; placeholders and outputs are counted apart (`boundary`).
+VERSION = 2
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -25,6 +29,8 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else str(obj)
     if isinstance(obj, str):
+        if len(obj) > MAX_JSON_TEXT:  # a 60 MB source line: cut, marked, not copied whole into the output
+            obj = cut(obj, MAX_JSON_TEXT)
         if obj.isascii():  # the common case, and much cheaper than a regex over every string
             return obj
         return _SURROGATE.sub("\ufffd", obj)

@@ -8,8 +8,12 @@ to stage           edge ``via``                    read from
 =================  ==============================  =============================================
 FX pre-grad        ``source``                      the node's own source line (its stack trace)
 FX post-grad       ``from_node``                   the node's ``from_node`` chain (name *and* graph id)
-LoopLevelIR pre    ``origins``                     the op's ``origins`` / ``origin_node``
-LoopLevelIR post   ``name``                        the same buffer name before the passes, else ``origins``
+LoopLevelIR pre    ``origin_node``                 the op's ``origin_node``: the node whose value it is
+LoopLevelIR pre    ``also_in_origins``             the op's other ``origins``: nodes Inductor lists there
+                                                   (an input it realised, an op computed inline); a side
+                                                   link, not a lowering of that node
+LoopLevelIR pre    ``origins``                     an op with no ``origin_node``: its ``origins``
+LoopLevelIR post   ``name``                        the same buffer name before the passes, else as above
 Kernel spec        ``member``                      the IR ops the kernel holds
 Artifact           ``name``                        the same kernel in the emitted file
 (any)              ``source``                      a source line, when the object carries one but
@@ -18,18 +22,58 @@ Artifact           ``name``                        the same kernel in the emitte
                                                    its nearest source-bearing producers, by inputs/reads
 =================  ==============================  =============================================
 
-A node with several successors in the next stage is a decomposition (``linear``
-→ ``permute`` + ``addmm``); a node with several predecessors is a fan-in, a fusion
-when the node is a kernel. FX placeholders and outputs are graph boundaries, not
-ops, and are left out.
+Only the edges that say one object became another (``FLOW``) draw a line's
+flow, and only they make a decomposition: a node with several such successors in
+the next stage (``linear`` → ``permute`` + ``addmm``). A fusion is named only where
+one kernel really holds several IR ops. ``also_in_origins`` links are listed
+apart, never called a decomposition or a fusion. FX placeholders and outputs are
+graph boundaries, not ops, and are left out.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any
+from collections import OrderedDict, deque
+from typing import Any, TypedDict
 
-from prov_trace import schema as S
+from prov_trace.report.text import basename, cut
+from prov_trace.stream import schema as S
+
+
+class LineageNode(TypedDict, total=False):
+    id: str
+    stage: str
+    name: str
+    kind: Any
+    label: str
+    sources: list[dict[str, Any]]
+    inherited: bool
+    inherits_from: list[str]
+    fan_in: int
+    fan_out: int
+
+
+#: "from" is a keyword: these are spelled in TypedDict's functional form.
+LineageEdge = TypedDict("LineageEdge", {"from": str, "to": str, "via": str})
+Decomposition = TypedDict("Decomposition", {"from": str, "to": list[str], "stage": str})
+Fusion = TypedDict("Fusion", {"from": list[str], "to": str, "stage": str})
+
+
+AlsoInOrigins = TypedDict("AlsoInOrigins", {"from": list[str], "to": str, "stage": str})
+
+
+class Lineage(TypedDict):
+    stages: list[str]
+    nodes: list[LineageNode]
+    edges: list[LineageEdge]
+    decompositions: list[Decomposition]
+    fusions: list[Fusion]
+    also_in_origins: list[AlsoInOrigins]
+
+
+#: The edges that say an object became (or was emitted as) another: a line's flow follows these.
+FLOW = ("source", "from_node", "origin_node", "origins", "name", "member")
+#: The edges that make a decomposition when one node has several of them into the next stage.
+LOWERING = ("from_node", "origin_node", "origins")
 
 #: The stages lineage is drawn across, in order. A user probe's own stage has no linking rule and is left out.
 STAGES = (S.SOURCE, S.PRE_GRAD, S.POST_GRAD, S.IR_PRE, S.IR_POST, S.KERNEL_SPEC, S.ARTIFACT)
@@ -45,7 +89,7 @@ def _src_keys(obj: dict[str, Any]) -> list[tuple[Any, Any]]:
     return [(s.get("file"), s.get("line")) for s in obj.get("sources") or []]
 
 
-def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> dict[str, Any]:
+def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> Lineage:
     """Nodes and edges for one graph, from the model's stages and survival rows."""
     nodes: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
     edges: list[dict[str, Any]] = []
@@ -85,7 +129,7 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         key = (row.get("file"), row.get("line"))
         nid = add_node(S.SOURCE, f"{row.get('file')}:{row.get('line')}",
                        {"kind": "line", "sources": [{"file": row.get("file"), "line": row.get("line")}]},
-                       label=f"{_basename(row.get('file'))}:{row.get('line')} {row.get('text') or ''}".strip(),
+                       label=f"{basename(row.get('file'))}:{row.get('line')} {cut(str(row.get('text') or ''))}".strip(),
                        text=row.get("text"))
         src_ids[key] = nid
         by_stage[S.SOURCE][key] = nid
@@ -120,15 +164,17 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         if not linked:
             link_sources(o, nid)
 
-    # LoopLevelIR before the passes: origins name post-grad nodes.
+    # LoopLevelIR before the passes: origin_node names the post-grad node whose value the op is; the
+    # rest of origins are nodes Inductor lists too (an input it realised, an op computed inline).
     def link_origins(o: dict[str, Any], nid: str) -> bool:
-        names = list(o.get("origins") or [])
-        if o.get("origin_node") and o["origin_node"] not in names:
-            names.append(o["origin_node"])
+        primary = o.get("origin_node") if o.get("origin_node") in post_ids else None
         linked = False
-        for n in names:
-            if n in post_ids:
-                add_edge(post_ids[n], nid, "origins")
+        if primary is not None:
+            add_edge(post_ids[primary], nid, "origin_node")
+            linked = True
+        for n in o.get("origins") or []:
+            if n in post_ids and n != primary:
+                add_edge(post_ids[n], nid, "also_in_origins" if primary is not None else "origins")
                 linked = True
         return linked
 
@@ -184,9 +230,9 @@ def _inherit(nodes, edges, add_edge, stages, objects) -> None:
                 continue
             producers: list[str] = []
             seen = {name}
-            stack = [i for i in (o.get(inputs_key) or []) if i != name]
-            while stack:
-                p = stack.pop(0)
+            queue = deque(i for i in (o.get(inputs_key) or []) if i != name)
+            while queue:
+                p = queue.popleft()
                 if p in seen or p not in objs:
                     continue
                 seen.add(p)
@@ -195,7 +241,7 @@ def _inherit(nodes, edges, add_edge, stages, objects) -> None:
                 if po.get("sources") or (pid in incoming):
                     producers.append(pid)
                 else:
-                    stack.extend(po.get(inputs_key) or [])
+                    queue.extend(po.get(inputs_key) or [])
             for pid in producers:
                 if pid in nodes:
                     add_edge(pid, nid, "inherited")
@@ -204,46 +250,60 @@ def _inherit(nodes, edges, add_edge, stages, objects) -> None:
                 nodes[nid]["inherits_from"] = [p for p in producers if p in nodes]
 
 
-def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fan-out (decompositions) and fan-in (fusions) across stages, by the edges between consecutive objects."""
+def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, Any]]) -> Lineage:
+    """Decompositions (one node lowered into several), fusions (one kernel holding several IR ops),
+    and the side links of ``origins``, each read from the edges of its own kind."""
     succ: dict[str, list[str]] = {}
     pred: dict[str, list[str]] = {}
+    members: dict[str, list[str]] = {}
+    also: dict[str, list[str]] = {}
     for e in edges:
-        if e["via"] in ("source", "inherited"):
-            continue  # a line is not an op; an inherited link is not a lowering
         if nodes[e["from"]]["stage"] == nodes[e["to"]]["stage"]:
             continue
-        succ.setdefault(e["from"], []).append(e["to"])
-        pred.setdefault(e["to"], []).append(e["from"])
+        if e["via"] in FLOW and e["via"] != "source":
+            succ.setdefault(e["from"], []).append(e["to"])
+            pred.setdefault(e["to"], []).append(e["from"])
+        if e["via"] == "member":
+            members.setdefault(e["to"], []).append(e["from"])
+        elif e["via"] == "also_in_origins":
+            also.setdefault(e["to"], []).append(e["from"])
+    lowered: dict[str, list[str]] = {}
+    for e in edges:
+        if e["via"] in LOWERING:
+            lowered.setdefault(e["from"], []).append(e["to"])
     for nid, n in nodes.items():
         n["fan_out"] = len(succ.get(nid, []))
         n["fan_in"] = len(pred.get(nid, []))
-    decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in succ.items() if len(b) > 1]
-    fusions = [{"to": b, "from": a, "stage": nodes[b]["stage"]} for b, a in pred.items() if len(a) > 1]
+    decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in lowered.items() if len(b) > 1]
+    fusions = [{"from": a, "to": b, "stage": nodes[b]["stage"]} for b, a in members.items() if len(a) > 1]
     return {
         "stages": [st for st in STAGES if any(n["stage"] == st for n in nodes.values())],
         "nodes": list(nodes.values()),
         "edges": edges,
         "decompositions": decompositions,
         "fusions": fusions,
+        "also_in_origins": [{"from": a, "to": b, "stage": nodes[b]["stage"]} for b, a in also.items()],
     }
 
 
-def reach(lineage: dict[str, Any], start: str) -> list[str]:
-    """Every node a node flows into, itself first, in breadth-first order."""
+def flow_successors(lineage: dict[str, Any]) -> dict[str, list[str]]:
+    """Each node's successors along the flow edges (``FLOW``): what it became at the next stages."""
     succ: dict[str, list[str]] = {}
     for e in lineage["edges"]:
-        succ.setdefault(e["from"], []).append(e["to"])
-    out, seen, queue = [], {start}, [start]
+        if e["via"] in FLOW:
+            succ.setdefault(e["from"], []).append(e["to"])
+    return succ
+
+
+def reach(lineage: dict[str, Any], start: str) -> list[str]:
+    """Every node a node flows into (along ``FLOW`` edges), itself first, in breadth-first order."""
+    succ = flow_successors(lineage)
+    out, seen, queue = [], {start}, deque([start])
     while queue:
-        n = queue.pop(0)
+        n = queue.popleft()
         out.append(n)
         for m in succ.get(n, []):
             if m not in seen:
                 seen.add(m)
                 queue.append(m)
     return out
-
-
-def _basename(path: Any) -> str:
-    return str(path or "").replace("\\", "/").rsplit("/", 1)[-1]

@@ -1,43 +1,264 @@
 """The report model: records in, plain data out. Measurement only: every number is counted from the trace.
 
-Pure: no torch, no I/O. Renderers (markdown, and others) are pure functions of
-what ``build`` returns, a tree of dicts and lists that serialises to JSON as is.
+Pure: no torch, no I/O. ``build`` returns a `ReportModel`, typed dicts that
+mirror docs/report.schema.json and serialise to JSON as they are. The view
+layer (``views.py``) turns it into what the Markdown and HTML renderers draw.
+Stage objects come from the readers (``readers.py``), chosen by payload shape.
 """
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
-from prov_trace import schema
-from prov_trace.report.reader import Trace
 from prov_trace.report import lineage as _lineage
+from prov_trace.report import spyre as _spyre
+from prov_trace.report.readers import read_stage
+from prov_trace.stream import schema
+from prov_trace.stream.reader import Trace
 
 S = schema
 
-#: (layer, field, stages where the field is measured). Everywhere else the cell is "not applicable".
-FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("Source", "file:line", (S.SOURCE,)),
-    ("Source", "source_text", (S.SOURCE,)),
-    *(("FX", f, (S.PRE_GRAD, S.POST_GRAD)) for f in S.FX_FIELDS),
-    ("IR", "origins", (S.IR_PRE, S.IR_POST, S.KERNEL_SPEC)),
-    ("IR", "origin_node", (S.IR_PRE, S.IR_POST)),
-    ("IR", "traceback", (S.IR_PRE, S.IR_POST)),
-    ("IR", "get_stack_traces", (S.IR_PRE, S.IR_POST, S.KERNEL_SPEC)),
-    ("Backend", "kernel_metadata", (S.KERNEL_SPEC,)),
-    ("Backend", "provenance_comment", (S.ARTIFACT,)),
+
+# --- the model's types: each mirrors a definition in docs/report.schema.json --------------------
+# (tests/test_layering.py checks that every key here is in the schema, and the other way round)
+
+
+class SourceRef(TypedDict, total=False):
+    file: str | None
+    line: int | None
+    func: str | None
+    text: str | None
+
+
+class FieldPresence(TypedDict, total=False):
+    has: bool
+    populated: bool
+    type: str | None
+
+
+class StageObject(TypedDict, total=False):
+    """An object a stage produced (an FX node, an IR op, a kernel, a source line...); stages add keys of their own."""
+
+    name: Any
+    kind: Any
+    fields: dict[str, FieldPresence]
+    sources: list[SourceRef]
+
+
+class StageData(TypedDict, total=False):
+    observed: bool
+    #: What the stage produced and the matrix measures (FX: compute nodes only).
+    objects: list[StageObject]
+    #: FX stages: the graph's boundary (placeholders, get_attr, the output), counted apart.
+    boundary: list[StageObject]
+    #: Source stage: the library frames Dynamo compiled (not the user's lines), as ``qualname (file)``.
+    library: list[str]
+    records: int
+    files: list[str]
+    #: What the stage is when its objects alone would mislead (torch-spyre's KTIR mode at the artifact).
+    note: str
+
+
+class Cell(TypedDict, total=False):
+    state: str
+    n: int
+    total: int
+    objects: list[str]
+    #: Why a ➖ cell's field cannot exist yet at that stage.
+    reason: str
+
+
+class MatrixRow(TypedDict):
+    layer: str
+    field: str
+    cells: dict[str, Cell]
+
+
+class SurvivalRow(TypedDict):
+    file: Any
+    line: Any
+    text: Any
+    counts: dict[str, int | None]
+    carriers: dict[str, list[str]]
+    last_stage: str | None
+    lost_at: str | None
+    lost_by: list[str]
+    #: What the row is when nothing carries the line: "no op on this line", "in graph 1/0"; else None.
+    note: str | None
+    #: The model's line, not a library's or framework's (``_mark_model_files``).
+    user: bool
+
+
+class Mappings(TypedDict):
+    kernel_to_post: dict[str, list[str]]
+    pre_to_post: dict[str, list[str]]
+
+
+class Graph(TypedDict):
+    compile_id: str | None
+    kind: str | None
+    label: str
+    stages: dict[str, StageData]
+    #: Stages this graph shares with the first graph of its compile id (a backward graph's source
+    #: and pre-grad are its forward's): stage -> that graph's label.
+    shared: dict[str, str]
+    matrix: list[MatrixRow]
+    survival: list[SurvivalRow]
+    mappings: Mappings
+    lineage: _lineage.Lineage
+    #: Measured facts that explain the matrix (e.g. a compile of library code only).
+    notes: list[str]
+    #: What a reader wants first: how far the model's lines get, where most are lost, sourceless kernels.
+    headline: dict[str, Any]
+    #: The backend Dynamo handed this graph to ("inductor", "aot_eager", a user's function's name), or
+    #: "torch.export" for an exported program; None when the trace does not say.
+    backend: str | None
+    #: Stages this graph's compile does not pass through (Inductor's with another backend, Dynamo's on the
+    #: export path): stage -> why. Their cells are ➖, not ⚠.
+    off_path: dict[str, str]
+    #: Where provenance is lost, ranked by lines: transition, kind of object, lines, objects.
+    losses: list[dict[str, Any]]
+
+
+class TraceInfo(TypedDict):
+    path: str
+    bytes: int
+    records: int
+    complete: bool
+    problem: str | None
+    end: dict[str, Any] | None
+    repaired: int
+    warnings: list[str]
+    unknown_kinds: dict[str, int]
+
+
+class Symbol(TypedDict):
+    symbol: str
+    meaning: str
+
+
+class HookStatus(TypedDict, total=False):
+    target: str
+    stage: str
+    event: str
+    resolved: bool
+    installed: bool
+    fired: int
+    errors: int
+    reason: str | None
+
+
+class ProbeError(TypedDict):
+    stage: str | None
+    target: str | None
+    phase: str | None
+    type: str | None
+    message: str | None
+
+
+class FrameWithoutGraph(TypedDict):
+    compile_id: str | None
+    file: str | None
+    line: int | None
+    qualname: str | None
+
+
+class Cut(TypedDict):
+    compile_id: str | None
+    graph: str | None
+    stage: str | None
+    total: int | None
+    cut: int
+    reason: str | None
+
+
+class SummaryRow(TypedDict):
+    stage: str
+    hooks: int
+    resolved: int
+    fired: int
+    errors: int
+    observed: bool
+    objects: int
+    #: FX stages: placeholders, attributes and outputs, counted apart from `objects`.
+    boundary: int
+    unresolved: list[str]
+    #: Why the stage is on no graph's path (every graph's `off_path` reason, once), when none observed it.
+    off_path: str | None
+
+
+class ReportModel(TypedDict):
+    """The whole report; ``jsonout`` writes it as it is, with ``format`` and ``version`` added."""
+
+    header: dict[str, Any]
+    trace: TraceInfo
+    stage_order: list[str]
+    stage_titles: dict[str, str]
+    symbols: dict[str, Symbol]
+    hooks: list[HookStatus]
+    errors: list[ProbeError]
+    graphs: list[Graph]
+    frames_without_graph: list[FrameWithoutGraph]
+    cuts: list[Cut]
+    summary: list[SummaryRow]
+    #: A run through torch-spyre (--torch-spyre): the stand-in's record and its cross-check; else None.
+    spyre: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One row of the Stage × Field matrix: where the field is measured, and where it cannot exist yet."""
+
+    layer: str
+    field: str
+    #: The stages whose objects have this slot; at every other stage the cell is ➖ (no such slot).
+    measured_at: tuple[str, ...]
+    #: Stages whose objects have the slot but where the pipeline has not created the value yet (the
+    #: seed's "–"): the cell is ➖ with this reason unless some object there does carry it.
+    not_yet: tuple[tuple[str, str], ...] = ()
+    #: Profiles whose objects carry the field; None: every profile's. A profile-only row shows only
+    #: for those profiles, or where some object has the field.
+    profiles: tuple[str, ...] | None = None
+
+
+#: The matrix rows, as data. Edit here to add a field (docs/architecture.md, "Add a stage field").
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("Source", "file:line", (S.SOURCE,)),
+    FieldSpec("Source", "source_text", (S.SOURCE,)),
+    FieldSpec("FX", "stack_trace", S.FX_STAGES),
+    FieldSpec("FX", "nn_module_stack", S.FX_STAGES),
+    FieldSpec("FX", "source_fn_stack", S.FX_STAGES),
+    FieldSpec("FX", "original_aten", S.FX_STAGES, not_yet=(
+        (S.DYNAMO_GRAPH, "set when AOT autograd traces the graph into ATen ops, which happens after Dynamo hands it over"),
+        (S.PRE_GRAD, "set when AOT autograd traces the graph into ATen ops, which happens after the pre-grad stage"),)),
+    FieldSpec("FX", "from_node", S.FX_STAGES, not_yet=(
+        (S.DYNAMO_GRAPH, "names the node a pass made this one from; the graph Dynamo hands over has not been through one"),
+        (S.PRE_GRAD, "names the node a pass made this one from; the graph Dynamo hands over has not been through one"),)),
+    FieldSpec("IR", "origins", (S.IR_PRE, S.IR_POST, S.KERNEL_SPEC)),
+    FieldSpec("IR", "origin_node", (S.IR_PRE, S.IR_POST)),
+    FieldSpec("IR", "traceback", (S.IR_PRE, S.IR_POST)),
+    FieldSpec("IR", "get_stack_traces", (S.IR_PRE, S.IR_POST, S.KERNEL_SPEC)),
+    FieldSpec("Backend", "kernel_metadata", (S.KERNEL_SPEC,)),
+    FieldSpec("Backend", "provenance_comment", (S.ARTIFACT,)),
     # torch-spyre: OpSpec.debug_handle at the kernel spec, the op key's debug_handle_ in each sdsc_*.json.
-    ("Spyre", "debug_handle", (S.KERNEL_SPEC, S.ARTIFACT)),
+    FieldSpec("Spyre", "debug_handle", (S.KERNEL_SPEC, S.ARTIFACT), profiles=("spyre",)),
 )
 #: The layer of the rows a user probe's stage adds to the matrix (one per snapshot key).
 USER_LAYER = "Probe"
+#: FX node kinds that compute: the matrix counts these (the seed's rule). Placeholders, get_attr
+#: and the output node are the graph's boundary: counted apart, never in a field's n/N.
+COMPUTE_KINDS = ("call_function", "call_method", "call_module")
 
 SYMBOLS = OrderedDict(
     [
         ("all", ("✅", "populated (exists and non-empty) on every object the stage produced")),
         ("some", ("◐", "populated on n of N objects")),
         ("none", ("❌", "reachable at this stage but empty or absent on every object (a drop, or an object with no source to carry)")),
-        ("na", ("➖", "not applicable: the object this stage produces has no such slot")),
+        ("na", ("➖", "not applicable: the object this stage produces has no such slot, or the pipeline has not "
+                     "created the field yet at this stage (the matrix's notes say why)")),
         ("empty", ("∅", "the stage fired but produced no objects to measure")),
         ("unobserved", ("⚠", "not observed: the stage's hook did not resolve or did not fire, so nothing was measured")),
     ]
@@ -54,229 +275,6 @@ def _cell(n: int, total: int) -> dict[str, Any]:
     else:
         state = "some"
     return {"state": state, "n": n, "total": total}
-
-
-def _fmt_loc(src: dict[str, Any] | None) -> str | None:
-    if not src:
-        return None
-    return f"{src.get('file')}:{src.get('line')}"
-
-
-# --- objects per stage ------------------------------------------------------------------
-
-
-def _field_row(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: {"has": bool(v.get("has")), "populated": bool(v.get("populated")), "type": v.get("type")} for k, v in fields.items()}
-
-
-def _fx_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    objs: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
-    for rec in records:
-        p = rec.get("payload") or {}
-        for node in p.get("nodes", []):
-            key = f"{p.get('graph_id')}:{node.get('name')}"
-            objs[key] = {
-                "name": node.get("name"),
-                "kind": node.get("op"),
-                "target": node.get("target"),
-                "inputs": node.get("inputs", []),
-                "fields": _field_row(node.get("fields", {})),
-                "from_node": _from_node_roots(node.get("fields", {}).get("from_node", {}).get("value")),
-                "sources": [node["source"]] if node.get("source") else [],
-                "graph_id": p.get("graph_id"),
-            }
-    return list(objs.values())
-
-
-def _from_node_roots(chain: Any) -> list[dict[str, Any]]:
-    """Flatten a from_node chain to (name, graph_id) pairs, in Inductor's walk order."""
-    out = []
-    stack = list(chain or [])
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            out.append({"name": item.get("name"), "graph_id": item.get("graph_id")})
-            stack.extend(item.get("from_node") or [])
-    return out
-
-
-def _ir_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    objs: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
-    for rec in records:
-        for op in (rec.get("payload") or {}).get("ops", []):
-            objs[op.get("name")] = {
-                "name": op.get("name"),
-                "kind": op.get("type"),
-                "group": op.get("group"),
-                "fields": _field_row(op.get("fields", {})),
-                "origins": (op.get("fields", {}).get("origins") or {}).get("value") or [],
-                "origin_node": (op.get("fields", {}).get("origin_node") or {}).get("value"),
-                "reads": op.get("reads", []),
-                "sources": op.get("source") or [],
-            }
-    return list(objs.values())
-
-
-def _kernel_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    seen_names: dict[str, int] = {}
-    for rec in records:
-        k = rec.get("payload") or {}
-        ops = k.get("ops", [])
-        raw = k.get("kernel")
-        seen_names[raw] = seen_names.get(raw, 0) + 1
-        # An extern kernel is called once per op: number the repeats so each call is its own object.
-        name = raw if seen_names[raw] == 1 else f"{raw} #{seen_names[raw]}"
-        sources: list[dict[str, Any]] = []
-        seen = set()
-        for op in ops:
-            for src in op.get("source") or []:
-                if (src.get("file"), src.get("line")) not in seen:
-                    seen.add((src.get("file"), src.get("line")))
-                    sources.append(src)
-        # The post-grad nodes a kernel implements, by Inductor's own rule (debug.set_kernel_post_grad_provenance_tracing):
-        # an extern kernel's origin_node when it has one, else its origins; a generated kernel's ops' origins.
-        post_nodes: list[str] = []
-        for op in ops:
-            f = op.get("fields", {})
-            on = (f.get("origin_node") or {}).get("value")
-            picks = [on] if (k.get("kind") == "extern" and on) else ((f.get("origins") or {}).get("value") or [])
-            post_nodes.extend(n for n in picks if n not in post_nodes)
-        fields = {
-            "origins": {"has": True, "populated": bool(k.get("origins")), "type": "list"},
-            "get_stack_traces": {"has": True, "type": "list",
-                                 "populated": any(op.get("fields", {}).get("get_stack_traces", {}).get("populated") for op in ops)},
-            "kernel_metadata": {"has": "metadata" in k, "populated": bool(k.get("metadata")), "type": "str"},
-        }
-        if k.get("kind") == "op_spec":
-            # A torch-spyre OpSpec: no kernel metadata slot; its provenance is `debug_handle`.
-            del fields["kernel_metadata"]
-            dh = k.get("debug_handle") or {}
-            fields["debug_handle"] = {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")), "type": dh.get("type")}
-            if dh.get("source") and not any((s.get("file"), s.get("line")) == (dh["source"].get("file"), dh["source"].get("line"))
-                                            for s in sources):
-                sources.append(dh["source"])
-        out.append({
-            "name": name,
-            "kernel": raw,
-            "post_nodes": post_nodes,
-            "kind": k.get("kind"),
-            "ops": [op.get("name") for op in ops],
-            "origins": k.get("origins", []),
-            "metadata": k.get("metadata"),
-            "fields": fields,
-            "sources": sources,
-            **({"debug_handle": (k.get("debug_handle") or {}).get("file_line"),
-                "op_spec_fields": [f.get("name") for f in (k.get("op_spec") or {}).get("declared_fields", [])],
-                "populated_provenance": (k.get("op_spec") or {}).get("populated_provenance", [])}
-               if k.get("kind") == "op_spec" else {}),
-        })
-    return out
-
-
-def _sdsc_objects(records: list[dict[str, Any]], paths: list[str]) -> list[dict[str, Any]]:
-    """torch-spyre: one object per op key of each sdsc_*.json read from the kernels' exact bundle directories."""
-    kernels = {}
-    for rec in records:
-        k = (rec.get("payload") or {}).get("superdsc_kernel")
-        if isinstance(k, dict):
-            kernels[k.get("kernel")] = k
-    out = []
-    for rec in records:
-        for bundle in (rec.get("payload") or {}).get("sdsc_bundles", []):
-            kernel = bundle.get("kernel")
-            for f in bundle.get("files", []):
-                paths.append(f.get("path"))
-                base = str(f.get("path") or "").replace("\\", "/").rsplit("/", 1)[-1]
-                for op in f.get("ops", []):
-                    dh = op.get("debug_handle") or {}
-                    out.append({
-                        "name": f"{kernel}/{base}:{op.get('key')}",
-                        "kernel": kernel,
-                        "kind": "sdsc_op",
-                        "file": f.get("path"),
-                        "def_line": None,
-                        "call_lines": [],
-                        "provenance_comments": [],
-                        "provenance_keys": sorted(op.get("provenance_keys") or {}),
-                        "debug_handle": dh.get("file_line"),
-                        "origins": (kernels.get(kernel) or {}).get("origins", []),
-                        "fields": {"debug_handle": {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")),
-                                                    "type": dh.get("type")}},
-                        "sources": [dh["source"]] if dh.get("source") else [],
-                    })
-    return out
-
-
-def _artifact_objects(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    out = []
-    paths = []
-    out.extend(_sdsc_objects(records, paths))
-    for rec in records:
-        p = rec.get("payload") or {}
-        if p.get("path"):
-            paths.append(p["path"])
-        for k in p.get("kernels", []):
-            if k.get("kind") == "generated":
-                entries = [(k.get("kernel"), k.get("def_line"), k.get("calls", []), k.get("provenance_comments", []))]
-            else:
-                # Extern and fallback kernels have no definition: each call site is one kernel, as at the kernel spec.
-                entries = [
-                    (k.get("kernel") if i == 0 else f"{k.get('kernel')} #{i + 1}", None, [c],
-                     [x for x in c.get("comments", []) if _is_provenance(x)])
-                    for i, c in enumerate(k.get("calls", []))
-                ]
-            for name, def_line, calls, comments in entries:
-                out.append({
-                    "name": name,
-                    "kernel": k.get("kernel"),
-                    "kind": k.get("kind"),
-                    "file": p.get("path"),
-                    "def_line": def_line,
-                    "call_lines": [c.get("line") for c in calls],
-                    "provenance_comments": comments,
-                    "fields": {"provenance_comment": {"has": True, "populated": bool(comments), "type": "list"}},
-                    "sources": [],
-                })
-    return out, paths
-
-
-def _is_provenance(line: str) -> bool:
-    from prov_trace.probes.artifact import is_provenance_comment
-
-    return is_provenance_comment(line)
-
-
-def _source_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    objs: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
-    for rec in records:
-        p = rec.get("payload") or {}
-        if not p.get("user", True):
-            continue
-        for ln in p.get("lines", []):
-            key = (p.get("file"), ln.get("line"))
-            src = {"file": p.get("file"), "line": ln.get("line"), "text": ln.get("text"), "func": p.get("qualname")}
-            objs[key] = {
-                "name": f"{p.get('file')}:{ln.get('line')}",
-                "kind": p.get("qualname"),
-                "text": ln.get("text"),
-                "fields": {
-                    "file:line": {"has": True, "populated": True, "type": "str"},
-                    "source_text": {"has": True, "populated": bool(ln.get("text")), "type": "str"},
-                },
-                "sources": [src],
-            }
-    return list(objs.values())
-
-
-_EXTRACT = {
-    S.SOURCE: _source_objects,
-    S.PRE_GRAD: _fx_objects,
-    S.POST_GRAD: _fx_objects,
-    S.IR_PRE: _ir_objects,
-    S.IR_POST: _ir_objects,
-    S.KERNEL_SPEC: _kernel_objects,
-}
 
 
 # --- graphs -----------------------------------------------------------------------------
@@ -304,11 +302,7 @@ def _group(trace: Trace) -> "OrderedDict[tuple, dict[str, list]]":
     return graphs
 
 
-def _observed(stage: str, records: list[dict[str, Any]], hooks: list[dict[str, Any]]) -> bool:
-    return bool(records)
-
-
-def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[tuple[str, str, tuple[str, ...]]]:
+def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[FieldSpec]:
     """One matrix row per key a user probe's snapshots carry (an argument name, or `return`)."""
     where: "OrderedDict[str, list[str]]" = OrderedDict()
     for st in stage_order:
@@ -318,17 +312,32 @@ def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> l
             for key in o["fields"]:
                 if st not in where.setdefault(key, []):
                     where[key].append(st)
-    return [(USER_LAYER, key, tuple(sts)) for key, sts in where.items()]
+    return [FieldSpec(USER_LAYER, key, tuple(sts)) for key, sts in where.items()]
 
 
-def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:
+def _has_field(stages: dict[str, dict[str, Any]], field: str) -> bool:
+    return any(field in o["fields"] for d in stages.values() if d for o in d["objects"])
+
+
+def matrix_fields(stages: dict[str, dict[str, Any]], stage_order: list[str], profile: str | None) -> list[FieldSpec]:
+    """The rows this graph's matrix has: every field, but a profile-only one only where it can be measured."""
+    rows = [f for f in FIELDS if f.profiles is None or profile in f.profiles or _has_field(stages, f.field)]
+    return rows + _user_fields(stages, stage_order)
+
+
+def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str], profile: str | None,
+            off_path: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    off_path = off_path or {}
     rows = []
-    for layer, fname, where in FIELDS + tuple(_user_fields(stages, stage_order)):
+    for spec in matrix_fields(stages, stage_order, profile):
+        fname, not_yet = spec.field, dict(spec.not_yet)
         cells = {}
         for st in stage_order:
             data = stages.get(st)
-            if st not in where:
+            if st not in spec.measured_at:
                 cells[st] = {"state": "na", "n": 0, "total": 0}
+            elif (data is None or not data["observed"]) and st in off_path:
+                cells[st] = {"state": "na", "n": 0, "total": 0, "reason": off_path[st]}
             elif data is None or not data["observed"]:
                 cells[st] = {"state": "unobserved", "n": 0, "total": 0}
             elif data["objects"] and not any(fname in o["fields"] for o in data["objects"]):
@@ -337,9 +346,13 @@ def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[d
             else:
                 objs = data["objects"]
                 n = sum(1 for o in objs if o["fields"].get(fname, {}).get("populated"))
+                if n == 0 and st in not_yet:
+                    # Not created yet at this stage: not a drop. Measured as usual wherever an object has it.
+                    cells[st] = {"state": "na", "n": 0, "total": len(objs), "reason": not_yet[st]}
+                    continue
                 cells[st] = _cell(n, len(objs))
                 cells[st]["objects"] = [o["name"] for o in objs if o["fields"].get(fname, {}).get("populated")][:200]
-        rows.append({"layer": layer, "field": fname, "cells": cells})
+        rows.append({"layer": spec.layer, "field": fname, "cells": cells})
     return rows
 
 
@@ -352,7 +365,7 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
     # Lines of functions Dynamo inlined (a submodule's forward, a Hugging Face layer) are not in the
     # code objects it compiled, but the FX stack traces name them: they get rows too.
     extra: "OrderedDict[tuple, dict[str, Any]]" = OrderedDict()
-    for st in (S.PRE_GRAD, S.POST_GRAD):
+    for st in S.FX_STAGES:
         for o in (stages.get(st) or {}).get("objects", []):
             for s in o["sources"]:
                 key = (s.get("file"), s.get("line"))
@@ -400,15 +413,228 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
                 lost = None
             elif last is not None and lost is None:
                 lost = st
+        note = None
         if last is None:
-            lost = next((st for st, n in per_stage.items() if n is not None and st in S.STAGES), None)
+            if _names_only(line.get("text")):
+                note = NO_OP  # `return x`, a bare name: nothing on the line makes a node, so nothing can lose it
+            else:
+                lost = next((st for st, n in per_stage.items() if n is not None and st in S.STAGES), None)
         rows.append({
             "file": line.get("file"), "line": line.get("line"), "text": line.get("text"),
             "counts": dict(per_stage), "carriers": carriers,
             "last_stage": last, "lost_at": lost,
             "lost_by": _lost_by(stages, lost, carriers.get(last, []) if last else [], commented, sourceless),
+            "note": note,
+            "user": True,  # set for the whole report by _mark_model_files
         })
     return rows
+
+
+_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "\\site-packages\\")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
+
+
+def is_library_path(path: Any) -> bool:
+    """Whether a path is an installed package's, the standard library's or generated code's (``<string>``).
+    Read from the path alone: the report may be built on another machine."""
+    if not isinstance(path, str) or not path or path.startswith("<"):
+        return True
+    return any(m in path for m in _LIBRARY_MARKERS) or bool(_STDLIB.search(path))
+
+
+def _mark_model_files(graphs: list[dict[str, Any]]) -> None:
+    """Whose each line is: the model's (a file outside installed packages, or an installed file some line of
+    which the compile carries, like a Hugging Face model's modeling file), or a library's or framework's (a
+    decorator's wrapper in transformers' utils, torch itself). Each graph's rows then run the model's files
+    first, each file's lines together and in order."""
+    attached: dict[Any, int] = {}
+    for g in graphs:
+        for r in g["survival"]:
+            if r["last_stage"] is not None:
+                attached[r["file"]] = attached.get(r["file"], 0) + 1
+    for g in graphs:
+        first_seen: dict[Any, int] = {}
+        for r in g["survival"]:
+            r["user"] = not is_library_path(r["file"]) or r["file"] in attached
+            first_seen.setdefault(r["file"], len(first_seen))
+        # The file with most lines the compile carries first: the model's main file.
+        g["survival"].sort(key=lambda r: (not r["user"], -attached.get(r["file"], 0), first_seen[r["file"]],
+                                          r["line"] if isinstance(r["line"], int) else 0))
+
+
+#: A survival row's note when its line holds no operation (``return x``, a bare name).
+NO_OP = "no op on this line"
+
+
+def _names_only(text: Any) -> bool:
+    """Whether a source line only names values (``return x``, ``x``, ``return a, b``, ``pass``): no node can come of it."""
+    import ast
+
+    if not isinstance(text, str) or not text.strip() or len(text) > 2000:
+        return False
+    try:
+        tree = ast.parse(text.strip())
+    except (SyntaxError, ValueError, UnicodeError, RecursionError, MemoryError):  # trace text is not trusted
+        return False
+    if len(tree.body) != 1:
+        return False
+    stmt = tree.body[0]
+    if isinstance(stmt, ast.Pass):
+        return True
+    value = stmt.value if isinstance(stmt, (ast.Return, ast.Expr)) else None
+    if isinstance(stmt, ast.Return) and value is None:
+        return True
+    names = value.elts if isinstance(value, ast.Tuple) else [value]
+    return value is not None and all(isinstance(v, (ast.Name, ast.Constant)) for v in names)
+
+
+def _first_of_compile(graphs: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    first: dict[Any, dict[str, Any]] = {}
+    for g in graphs:
+        first.setdefault(g["compile_id"], g)
+    return first
+
+
+#: The stages AOT autograd has not split yet: one object set per compile id, shown in each of its graphs.
+SHARED_STAGES = (S.SOURCE, S.EXPORT_GRAPH, S.DYNAMO_GRAPH, S.PRE_GRAD)
+
+
+def _mark_shared(graphs: list[dict[str, Any]]) -> None:
+    """A backward graph's source and pre-grad are its forward's: say so, don't present them as its own."""
+    first = _first_of_compile(graphs)
+    for g in graphs:
+        owner = first[g["compile_id"]]
+        if owner is not g:
+            g["shared"] = {st: owner["label"] for st in SHARED_STAGES if st in g["stages"] and g["stages"][st]["observed"]}
+
+
+def _mark_other_graphs(graphs: list[dict[str, Any]]) -> None:
+    """A line no object of this graph carries, but another compile's graph does (a graph break): say which."""
+    first = _first_of_compile(graphs)
+    carried: dict[tuple, list[str]] = {}
+    for g in first.values():
+        for row in g["survival"]:
+            if row["last_stage"] is not None:
+                labels = carried.setdefault((row["file"], row["line"]), [])
+                if g["label"] not in labels:
+                    labels.append(g["label"])
+    for g in graphs:
+        for row in g["survival"]:
+            if row["last_stage"] is not None or row["note"]:
+                continue
+            others = [lbl for lbl in carried.get((row["file"], row["line"]), []) if lbl != first[g["compile_id"]]["label"]]
+            if others:
+                row["note"] = f"in graph {', '.join(others)}"
+                row["lost_at"], row["lost_by"] = None, []
+
+
+def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows a headline counts: the user's own lines that hold an op of this graph."""
+    return [r for r in g["survival"] if r["user"] and not r["note"]]
+
+
+def _headline(g: dict[str, Any], stage_order: list[str]) -> dict[str, Any]:
+    """The measured facts a reader wants first: how far the model's own lines get, where most are lost,
+    and how many kernels carry no source at all."""
+    rows = _counted_rows(g)
+    pipeline = [st for st in stage_order if st in S.STAGES and st != S.SOURCE]
+    reached = {st: (None if any(r["counts"].get(st) is None for r in rows) or not rows else
+                    sum(1 for r in rows if r["counts"].get(st))) for st in pipeline}
+    transitions: dict[tuple, int] = {}
+    for r in rows:
+        if r["lost_at"]:
+            key = (r["last_stage"], r["lost_at"])
+            transitions[key] = transitions.get(key, 0) + 1
+    worst = max(transitions.items(), key=lambda kv: (kv[1], -pipeline.index(kv[0][1]) if kv[0][1] in pipeline else 0),
+                default=None)
+    ks = g["stages"].get(S.KERNEL_SPEC) or {}
+    kernels = ks.get("objects", []) if ks.get("observed") else []
+    return {
+        "lines": len(rows),
+        "reached": reached,
+        "worst": {"from": worst[0][0], "to": worst[0][1], "lines": worst[1]} if worst else None,
+        "kernels": len(kernels) if ks.get("observed") else None,
+        # The matrix's rule: a kernel carries a source when one of its IR ops has a stack trace.
+        "sourceless_kernels": [k["name"] for k in kernels if not k["fields"].get("get_stack_traces", {}).get("populated")],
+    }
+
+
+def _loser_kind(stage: str, obj: dict[str, Any] | None) -> str:
+    """The kind of object that lost a line, in the pipeline's words: an aten op, a buffer kind, a kernel kind."""
+    if obj is None:
+        return "removed: no object here comes from the line's carriers"
+    if stage in S.FX_STAGES:
+        target = str(obj.get("target") or obj.get("kind") or "?")
+        return f"aten op {target}" if stage in (S.POST_GRAD, S.AOT_GRAPH) else f"FX node {target}"
+    if stage in (S.IR_PRE, S.IR_POST):
+        return f"buffer {obj.get('kind')}"
+    if stage == S.KERNEL_SPEC:
+        return f"{obj.get('kind')} kernel"
+    if stage == S.ARTIFACT:
+        kind = obj.get("kind")
+        return "extern call" if kind in ("extern", "fallback") else f"{kind} kernel"
+    return str(obj.get("kind") or stage)
+
+
+def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
+    the kind of object there that lost them; most lines first."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in _counted_rows(g):
+        if not r["lost_at"]:
+            continue
+        st = r["lost_at"]
+        # At the artifact, the losers are the kernel spec's kernels the emitted file gives no comment.
+        look = S.KERNEL_SPEC if st == S.ARTIFACT else st
+        by_name = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
+        losers = r["lost_by"] or [None]
+        for name in losers:
+            obj = by_name.get(name) if name is not None else None
+            kind = _loser_kind(st, obj) if st != S.ARTIFACT or obj is None else _loser_kind(S.ARTIFACT, obj)
+            key = (r["last_stage"], st, kind)
+            grp = groups.setdefault(key, {"from": r["last_stage"], "to": st, "kind": kind, "lines": [], "objects": []})
+            if (r["file"], r["line"]) not in grp["lines"]:
+                grp["lines"].append((r["file"], r["line"]))
+            if name is not None and name not in grp["objects"]:
+                grp["objects"].append(name)
+    ranked = sorted(groups.values(), key=lambda grp: -len(grp["lines"]))
+    return [{**grp, "lines": [{"file": f, "line": ln} for f, ln in grp["lines"]]} for grp in ranked]
+
+
+def _graph_notes(stages: dict[str, dict[str, Any]]) -> list[str]:
+    """Facts about a graph that explain its matrix (measured, not advice)."""
+    notes = []
+    src = stages.get(S.SOURCE) or {}
+    pre = stages.get(S.PRE_GRAD) or {}
+    if src.get("observed") and not src["objects"] and pre.get("objects"):
+        frames = src.get("library") or []
+        traced = sum(1 for o in pre["objects"] if o["fields"].get("stack_trace", {}).get("populated"))
+        notes.append("Every frame Dynamo compiled for this graph is library code"
+                     + (f" ({', '.join(frames[:3])})" if frames else " (torch's own)")
+                     + ", as for an nn.Sequential of torch modules: no line of your source is on this compile's "
+                     f"path, so the Source stage holds none, and {traced} of {len(pre['objects'])} pre-grad nodes "
+                     "carry a stack trace. A module with a forward of its own shows its lines.")
+    return notes
+
+
+_COMPILE_ID = re.compile(r"^(?:\[[^\]]*\])?(\d+)/(\d+)")
+
+
+def _recompile_notes(cid: Any, by_stage: dict[str, list]) -> list[str]:
+    """A compile id F/A with A > 0 is Dynamo compiling frame F again (its guards failed, e.g. for a new
+    input shape): its own graph. Say so, with the inputs its Dynamo graph was built for."""
+    m = _COMPILE_ID.match(cid) if isinstance(cid, str) else None
+    if not m or int(m.group(2)) == 0:
+        return []
+    inputs: list[str] = []
+    for r in by_stage.get(S.DYNAMO_GRAPH, []):
+        p = r.get("payload")
+        if isinstance(p, dict) and isinstance(p.get("inputs"), list):
+            inputs = [str(i) for i in p["inputs"]][:8]
+            break
+    return [f"Recompile: compile {int(m.group(2)) + 1} of frame {m.group(1)}. Dynamo compiled this frame again because "
+            "the guards of its earlier compile failed (a new input shape, a new type), so this is a graph of its own"
+            + (f"; its Dynamo graph's inputs: {', '.join(inputs)}" if inputs else "") + "."]
 
 
 def _by_line(objects: list[dict[str, Any]]) -> dict[tuple, list[str]]:
@@ -491,13 +717,16 @@ def _cuts(trace: Trace) -> list[dict[str, Any]]:
     return out
 
 
-def build(trace: Trace) -> dict[str, Any]:
+def build(trace: Trace) -> ReportModel:
     """The whole report as plain data."""
     hooks = trace.hooks()
-    stage_order = list(S.STAGES)
+    profile = trace.header.get("profile") if isinstance(trace.header.get("profile"), str) else None
+    # A path's own stage (the export graph, the Dynamo graph, AOT's graphs) shows once a record has it.
+    recorded = {r.get("stage") for r in trace.records if r.get("kind") in (S.PROBE, S.ERROR)}
+    stage_order = [st for st in S.STAGES if st not in S.PATH_STAGES or st in recorded]
     for r in trace.records:
         st = r.get("stage")
-        if st and st not in stage_order:
+        if st and st not in stage_order and st not in S.STAGES:
             stage_order.append(st)
     graphs = []
     frames_without_graph = []
@@ -513,23 +742,41 @@ def build(trace: Trace) -> dict[str, Any]:
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
             recs = by_stage.get(st, [])
+            read = read_stage(st, recs)
+            stages[st] = {"observed": bool(recs), "objects": read.objects, "records": len(recs)}
+            if st in S.FX_STAGES:
+                # The graph's boundary (placeholders, attributes, the output) is counted apart.
+                stages[st]["objects"] = [o for o in read.objects if o.get("kind") in COMPUTE_KINDS]
+                stages[st]["boundary"] = [o for o in read.objects if o.get("kind") not in COMPUTE_KINDS]
             if st == S.ARTIFACT:
-                objs, paths = _artifact_objects(recs)
-                stages[st] = {"observed": bool(recs), "objects": objs, "files": paths, "records": len(recs)}
-            elif st in _EXTRACT:
-                stages[st] = {"observed": bool(recs), "objects": _EXTRACT[st](recs), "records": len(recs)}
-            else:
-                stages[st] = {"observed": bool(recs), "objects": _generic_objects(recs), "records": len(recs)}
+                stages[st]["files"] = read.files
+            if st == S.SOURCE and read.library:
+                stages[st]["library"] = read.library
+        stage_notes = _spyre.stage_notes(by_stage, trace.end)
+        for st, note in stage_notes.items():
+            stages[st]["note"] = note
+        backend = _backend(cid, by_stage)
+        off_path = _off_path(stages, stage_order, backend, hooks)
         graphs.append({
             "compile_id": cid,
             "kind": kind,
             "label": f"{cid if cid is not None else '?'} {kind or ''}".strip(),
             "stages": stages,
-            "matrix": _matrix(stages, stage_order),
+            "shared": {},
+            "matrix": _matrix(stages, stage_order, profile, off_path),
+            "backend": backend,
+            "off_path": off_path,
             "survival": (survival := _survival(stages, stage_order)),
             "mappings": _mappings(stages),
             "lineage": _lineage.build(stages, survival),
+            "notes": _graph_notes(stages) + _recompile_notes(cid, by_stage) + list(stage_notes.values()),
         })
+    _mark_shared(graphs)
+    _mark_other_graphs(graphs)
+    _mark_model_files(graphs)
+    for g in graphs:
+        g["headline"] = _headline(g, stage_order)
+        g["losses"] = _losses(g)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
          "type": (r.get("error") or {}).get("type"), "message": (r.get("error") or {}).get("message")}
@@ -539,7 +786,7 @@ def build(trace: Trace) -> dict[str, Any]:
         "header": {k: v for k, v in trace.header.items() if k not in ("kind", "seq", "t_ns")},
         "trace": {"path": trace.path, "bytes": trace.size, "records": len(trace.records) + 1,
                   "complete": trace.complete, "problem": trace.problem, "end": trace.end,
-                  "repaired": getattr(trace, "repaired", 0)},
+                  "repaired": trace.repaired, "warnings": _warnings(trace), "unknown_kinds": dict(trace.unknown_kinds)},
         "stage_order": stage_order,
         "stage_titles": {st: S.STAGE_TITLES.get(st, st) for st in stage_order},
         "symbols": {k: {"symbol": v[0], "meaning": v[1]} for k, v in SYMBOLS.items()},
@@ -549,72 +796,30 @@ def build(trace: Trace) -> dict[str, Any]:
         "frames_without_graph": frames_without_graph,
         "cuts": _cuts(trace),
         "summary": _summary(graphs, hooks, stage_order),
+        "spyre": _spyre.run_facts(trace),
     }
 
 
-def _snapshot_sources(value: Any, out: list[dict[str, Any]], seen: set, budget: list[int]) -> None:
-    """The model lines named inside a generic snapshot (its FX nodes' and IR ops' `source`), bounded."""
-    if budget[0] <= 0:
-        return
-    budget[0] -= 1
-    if isinstance(value, dict):
-        src = value.get("source")
-        for s in (src if isinstance(src, list) else [src]):
-            # A source names a file (str) and a line (int); anything else in a user payload is not one.
-            if isinstance(s, dict) and isinstance(s.get("file"), str) and s.get("file") and isinstance(s.get("line"), int):
-                key = (s.get("file"), s.get("line"))
-                if key not in seen:
-                    seen.add(key)
-                    out.append(s)
-        for k, v in value.items():
-            if k != "source" and isinstance(v, (dict, list)):
-                _snapshot_sources(v, out, seen, budget)
-    elif isinstance(value, list):
-        for v in value:
-            if isinstance(v, (dict, list)):
-                _snapshot_sources(v, out, seen, budget)
-
-
-def _generic_objects(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A user probe's stage: one object per call and phase, with one field per snapshot key.
-
-    A field is an argument name (or `return`); it is populated when the snapshotted value
-    was, by the population rule applied to the live value when it was taken.
-    """
-    out = []
-    for r in records:
-        p = r.get("payload") or {}
-        name = f"call {r.get('call')} ({r.get('phase')})"
-        if isinstance(p, dict) and isinstance(p.get("args"), dict):
-            snaps = dict(p["args"])
-            if "return" in p:
-                snaps["return"] = p["return"]
-            fields = {k: {"has": True, "populated": bool(isinstance(v, dict) and v.get("populated")),
-                          "type": v.get("type") if isinstance(v, dict) else None} for k, v in snaps.items()}
-            sources: list[dict[str, Any]] = []
-            _snapshot_sources([v.get("value") for v in snaps.values() if isinstance(v, dict)], sources, set(), [20000])
-            out.append({"name": name, "kind": r.get("target"), "fields": fields,
-                        "kinds": {k: v.get("kind") for k, v in snaps.items() if isinstance(v, dict)},
-                        "sources": sources})
-            continue
-        out.append({"name": name, "kind": r.get("target"),
-                    "fields": {k: {"has": True, "populated": bool(v), "type": type(v).__name__} for k, v in p.items()} if isinstance(p, dict) else {},
-                    "sources": []})
-    return out
+def _warnings(trace: Trace) -> list[str]:
+    """The warnings the tracer wrote as notes (e.g. the program replaced the settrace tracer)."""
+    return [r["text"] for r in trace.records
+            if r.get("kind") == S.NOTE and r.get("level") == "warning" and isinstance(r.get("text"), str)]
 
 
 def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:
     rows = []
     for st in stage_order:
         hs = [h for h in hooks if h.get("stage") == st]
-        seen = set()
+        seen, seen_boundary = set(), set()
         observed = False
-        shared = st in (S.SOURCE, S.PRE_GRAD)  # one object set per compile id, shown in each of its graphs
+        shared = st in SHARED_STAGES  # one object set per compile id, shown in each of its graphs
         for g in graphs:
             d = g["stages"].get(st)
             if d and d["observed"]:
                 observed = True
-                seen.update((g["compile_id"], None if shared else g["kind"], o["name"]) for o in d["objects"])
+                key = (g["compile_id"], None if shared else g["kind"])
+                seen.update((*key, o["name"]) for o in d["objects"])
+                seen_boundary.update((*key, o["name"]) for o in d.get("boundary", []))
         objects = len(seen)
         rows.append({
             "stage": st,
@@ -624,6 +829,64 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             "errors": sum(int(h.get("errors") or 0) for h in hs),
             "observed": observed,
             "objects": objects,
+            "boundary": len(seen_boundary),
             "unresolved": [f"{h.get('target')}: {h.get('reason')}" for h in hs if not h.get("resolved")],
+            "off_path": _summary_off_path(graphs, st) if not observed else None,
         })
     return rows
+
+
+def _summary_off_path(graphs: list[dict[str, Any]], stage: str) -> str | None:
+    """Why no graph of the run passes through `stage`: each graph's reason, once (None if any graph lacks one)."""
+    reasons: list[str] = []
+    for g in graphs:
+        why = g.get("off_path", {}).get(stage)
+        if why is None:
+            return None
+        if why not in reasons:
+            reasons.append(why)
+    return "; ".join(reasons) if reasons else None
+
+
+#: The compile id of what torch.export produced and AOTInductor compiled (probes/context.py's EXPORT_ID).
+EXPORT_ID = "export"
+#: What a graph's `backend` reads on the export path.
+EXPORT_PATH = "torch.export"
+
+
+def _backend(cid: Any, by_stage: dict[str, list]) -> str | None:
+    """The backend Dynamo handed this compile's graph to, as the Dynamo graph's probe read it."""
+    if cid == EXPORT_ID:
+        return EXPORT_PATH
+    for r in by_stage.get(S.DYNAMO_GRAPH, []):
+        p = r.get("payload")
+        if isinstance(p, dict) and isinstance(p.get("backend"), str):
+            return p["backend"]
+    return None
+
+
+def _off_path(stages: dict[str, dict[str, Any]], stage_order: list[str], backend: str | None,
+              hooks: list[dict[str, Any]]) -> dict[str, str]:
+    """The stages this graph's compile does not pass through, measured, once the graph's path is known:
+    Inductor's stages when none of them fired for it (another backend); a path's own stage (the export
+    graph, the Dynamo graph, AOT's graphs) when its hooks resolved and did not fire for it (the graph went
+    another way). A path stage whose hook did not resolve stays ⚠: that is drift, not another path."""
+    if backend is None:
+        return {}
+    installed = {h.get("stage") for h in hooks if h.get("resolved")}
+
+    def fired(st: str) -> bool:
+        return bool((stages.get(st) or {}).get("observed"))
+
+    why = f"not on this compile's path ({'torch.export' if backend == EXPORT_PATH else f'backend: {backend}'})"
+    out: dict[str, str] = {}
+    inductor_ran = any(fired(st) for st in S.INDUCTOR_STAGES)
+    for st in stage_order:
+        if st not in S.STAGES or fired(st):
+            continue
+        if st in S.INDUCTOR_STAGES and not inductor_ran:
+            # Whether or not its hooks resolved: Inductor's modules are not even imported with aot_eager.
+            out[st] = why
+        elif st in S.PATH_STAGES and (not hooks or st in installed):
+            out[st] = why
+    return out

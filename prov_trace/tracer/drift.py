@@ -12,8 +12,8 @@ import importlib
 import sys
 from typing import Any
 
-from prov_trace.probes.base import Hook
-from prov_trace.tracer.targets import ResolveError, TargetError, TargetSpec, resolve
+from prov_trace.contract import Hook, TargetError, TargetSpec
+from prov_trace.tracer.targets import ResolveError, resolve
 
 
 def _import(module: str) -> str | None:
@@ -37,7 +37,7 @@ def _import(module: str) -> str | None:
 def check_hook(hook: Hook) -> dict[str, Any]:
     """One hook's target on this build: resolved or not, where, its signature, and the arguments the probe reads."""
     out: dict[str, Any] = {
-        "stage": hook.stage, "event": hook.event, "target": hook.target, "why": hook.why,
+        "stage": hook.stage, "event": hook.event, "target": hook.target, "why": hook.why, "torch_range": hook.torch,
         "resolved": False, "reason": None, "file": None, "line": None, "signature": None,
         "parameters": None, "reads": {}, "missing_reads": [], "notes": [], "ok": False,
     }

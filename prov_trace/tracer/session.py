@@ -15,15 +15,20 @@ import threading
 import time
 import traceback
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from prov_trace import __version__, schema
-from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
-from prov_trace.tracer import backends as _backends
+from prov_trace.contract import ENTRY, RESUME, RETURN, YIELD, Hook, ProbeCall, Profile, TargetError, TargetSpec
+from prov_trace import torchver
+from prov_trace.signals import outcome
+from prov_trace.stream import schema
+from prov_trace.stream.writer import TraceWriter
+from prov_trace.tracer import core
+from prov_trace.tracer.backends.base import Backend, BackendUnavailable
 from prov_trace.tracer.imports import ImportWatcher
-from prov_trace.tracer.stream import TraceWriter
-from prov_trace.tracer.targets import ResolvedTarget, ResolveError, TargetError, TargetSpec, resolve
+from prov_trace.tracer.targets import ResolvedTarget, ResolveError, resolve, resolve_in_code
+from prov_trace.version import VERSION
 
 Log = Callable[[str], None]
 
@@ -96,15 +101,25 @@ class TraceSession:
         argv: list[str] | None = None,
         log: Log = _stderr,
         header_extra: dict[str, Any] | None = None,
+        tool_id: int | None = None,
+        observer: Callable[[dict[str, Any]], None] | None = None,
+        defer_main: bool = False,
     ):
         self.writer = writer
+        #: Called with each probe record once it is written (live progress); only on target events.
+        self.observer = observer
+        #: Targets in ``__main__`` wait for the program's own __main__ (``module_ready``), not this process's.
+        self.defer_main = defer_main
+        self._main_pending: list[HookState] = []
+        self.tool_id = tool_id
         self.profile = profile
         self.requested_backend = backend
-        self.hooks = tuple(profile.hooks) + tuple(extra_hooks)
+        # The profile's hooks for the torch installed here: a hook names the releases its target holds for.
+        self.hooks = profile.hooks_for(torchver.installed()) + tuple(extra_hooks)
         self.argv = list(sys.argv if argv is None else argv)
         self.log = log
         self.header_extra = header_extra or {}
-        self.backend: _backends.Backend | None = None
+        self.backend: Backend | None = None
         self.backend_reason = ""
         self.states: list[HookState] = []
         self._by_code: dict[int, _CodeEntry] = {}
@@ -112,49 +127,39 @@ class TraceSession:
         self._watcher = ImportWatcher(self._on_module_loaded)
         self._tls = _ThreadState()
         self._all_stacks: list[list[_Frame]] = []
+        #: Generators and coroutines suspended at a yield or await, by id(frame): off every thread's
+        #: stack until they resume (on whichever thread), so they are not taken for an exit by exception.
+        self._suspended: dict[int, _Frame] = {}
         self._lock = threading.RLock()
         self._calls = itertools.count(1)
         self._active = False
         self.ended: dict[str, Any] | None = None
         #: Records of hooks with ``keep=True``, for the profile's ``finish`` step.
         self.kept: list[dict[str, Any]] = []
+        #: Called in a forked child (its parent's writer is detached there): a (writer, header keys) for the
+        #: child's own stream, or None, and this process stops tracing. Set by the session's owner.
+        self.on_fork: Callable[[], tuple[TraceWriter, dict[str, Any]] | None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        """True from a successful ``start()`` until ``stop()``."""
+        return self._active
 
     def __enter__(self) -> "TraceSession":
         self.start()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.stop("ok")
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.stop("interrupted", "KeyboardInterrupt")
-        elif issubclass(exc_type, SystemExit):
-            self.stop("exit", f"SystemExit({exc.code!r})")
-        else:
-            self.stop("exception", "".join(traceback.format_exception_only(exc_type, exc)).strip())
+        self.stop(*outcome(exc_type, exc))
 
     def start(self) -> None:
-        self.backend, self.backend_reason = _backends.choose(self.requested_backend, self._dispatch)
+        self.backend, self.backend_reason = core.choose(self.requested_backend, self._dispatch, tool_id=self.tool_id)
         self.log(f"backend {self.backend.name}: {self.backend_reason}")
-        torch = sys.modules.get("torch")
-        self.writer.write(schema.HEADER, {
-            "schema": schema.SCHEMA_NAME,
-            "version": list(schema.SCHEMA_VERSION),
-            "tool_version": __version__,
-            "python": platform.python_version(),
-            "torch": getattr(torch, "__version__", None) if torch else _installed_version("torch"),
-            "platform": platform.platform(),
-            "backend": self.backend.name,
-            "backend_reason": self.backend_reason,
-            "profile": self.profile.name,
-            "argv": self.argv,
-            "pid": os.getpid(),
-            "start_time": time.time(),
-            **self.header_extra,
-        })
+        self._write_header()
         self._active = True
+        _SESSIONS.add(self)
         for hook in self.hooks:
             try:
                 spec = TargetSpec.parse(hook.target)
@@ -168,24 +173,83 @@ class TraceSession:
             self._try_resolve(state)
         self._watcher.install()
 
+    def _write_header(self) -> None:
+        self.writer.write(schema.HEADER, {
+            "schema": schema.SCHEMA_NAME,
+            "version": list(schema.SCHEMA_VERSION),
+            "tool_version": VERSION,
+            "python": platform.python_version(),
+            # torch.__version__, imported or not ("2.13.0+cu130"; the package metadata says "2.13.0").
+            "torch": torchver.installed(),
+            "platform": platform.platform(),
+            "backend": self.backend.name,
+            "backend_reason": self.backend_reason,
+            "tool_id": self.backend.tool_id,
+            "profile": self.profile.name,
+            "argv": self.argv,
+            "pid": os.getpid(),
+            "start_time": time.time(),
+            **self.header_extra,
+        })
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child. Its parent's writer is detached here, so nothing the child does reaches the
+        parent's stream, and the parent's end record is never written from here. The owner's ``on_fork``
+        gives the child a stream of its own (written from the start: header, hook statuses), or none:
+        then tracing stops in this process, its backend and import watcher with it."""
+        self._tls = _ThreadState()
+        self._all_stacks = []
+        self._lock = threading.RLock()
+        own = None
+        if self.on_fork is not None:
+            try:
+                own = self.on_fork()
+            except Exception:  # noqa: BLE001 - never break the host's fork
+                own = None
+        if own is None:
+            self._active = False
+            self.ended = {"outcome": "forked", "detail": "a forked child: it writes no stream", "records": 0}
+            self._watcher.uninstall()
+            if self.backend is not None:
+                try:
+                    self.backend.stop()
+                except Exception:  # noqa: BLE001
+                    pass
+            return
+        self.writer, extra = own
+        self.header_extra = {**self.header_extra, **extra}
+        self.kept = []
+        self._write_header()
+        for state in self.states:
+            state.fired = state.errors = 0
+            self._write_status(state)
+
     def stop(self, outcome: str = "ok", detail: str | None = None) -> None:
         if not self._active:
             return
         self._active = False
+        _SESSIONS.discard(self)
         self._watcher.uninstall()
         if self.backend is not None:
             try:
                 self.backend.stop()
             except Exception as exc:  # noqa: BLE001
                 self.log(f"stopping the {self.backend.name} backend failed: {exc}")
+            for text in self.backend.problems():
+                self.log(f"warning: {text}")
+                self.writer.write(schema.NOTE, {"level": "warning", "text": text})
         with self._lock:
             for stack in self._all_stacks:
                 while stack:
                     self._write_unwind(stack.pop(), "the call had not returned when tracing stopped")
+            for fr in self._suspended.values():
+                self._write_unwind(fr, "the generator or coroutine was suspended, not finished, when tracing stopped")
+            self._suspended.clear()
         self._finish()
         for state in self.states:
             if not state.resolved and state.reason is None and state.spec is not None:
-                state.reason = f"module {state.spec.module} was never imported"
+                state.reason = ("the program's __main__ never ran" if state in self._main_pending
+                                else f"module {state.spec.module} was never imported")
             self._write_status(state)
         self.ended = {"outcome": outcome, "detail": detail, "records": self.writer.records_written + 1}
         self.writer.write(schema.END, self.ended)
@@ -193,7 +257,7 @@ class TraceSession:
 
     def _finish(self) -> None:
         """The profile's after-the-compile step (e.g. reading the files the compile emitted)."""
-        finish = getattr(self.profile, "finish", None)
+        finish = self.profile.finish
         if finish is None:
             return
         try:
@@ -203,16 +267,21 @@ class TraceSession:
                                              "phase": "finish", "error": _error(exc)})
             return
         for rec in records:
-            self.writer.write(schema.PROBE, {
+            body = {
                 "stage": rec.get("stage"), "target": rec.get("target") or f"{self.profile.name}:finish",
                 "phase": "finish", "call": None, "compile_id": rec.get("compile_id"), "graph": rec.get("graph"),
                 "thread": _thread(), "payload": rec.get("payload"),
-            })
+            }
+            if self.writer.write(schema.PROBE, body) is not None:
+                self._observe(body)
 
     # --- resolution ----------------------------------------------------------------
 
     def _try_resolve(self, state: HookState) -> None:
         assert state.spec is not None
+        if self.defer_main and state.spec.module == "__main__":
+            self._main_pending.append(state)
+            return
         try:
             resolved = resolve(state.spec)
         except ResolveError as exc:
@@ -239,12 +308,47 @@ class TraceSession:
         try:
             # Both events, always: pairing entries with returns is what detects exits by exception.
             self.backend.watch(resolved.code, frozenset((ENTRY, RETURN)), resolved.function)
-        except _backends.BackendUnavailable as exc:
+        except BackendUnavailable as exc:
             state.reason = f"the {self.backend.name} backend cannot watch it: {exc}"
             entry.states.remove(state)
         else:
             state.installed = True
         self._write_status(state)
+
+    def module_ready(self, name: str, module: types.ModuleType | None = None, code: types.CodeType | None = None) -> None:
+        """The program's own `name` module (its ``__main__``) is about to run: resolve the targets waiting for
+        it, in `module` where they are there already, else among the functions its `code` defines.
+
+        Called by whoever runs the program (``runner.run_program``), so that ``--probe '__main__:fn'``
+        names the traced script's function, not one of the process that runs it.
+        """
+        if not self._active or name != "__main__":
+            return
+        states, self._main_pending = self._main_pending, []
+        for state in states:
+            assert state.spec is not None
+            try:
+                resolved = None
+                if module is not None:
+                    try:
+                        resolved = resolve(state.spec, {name: module})
+                    except ResolveError:
+                        if code is None:
+                            raise
+                if resolved is None:
+                    if code is None:
+                        raise ResolveError(f"the program's {name} could not be read")
+                    resolved = resolve_in_code(state.spec, code)
+            except ResolveError as exc:
+                state.reason = str(exc)
+                self._write_status(state)
+            except Exception as exc:  # noqa: BLE001 - never break the host's run
+                state.reason = f"resolving failed: {type(exc).__name__}: {exc}"
+                self._write_status(state)
+            else:
+                state.resolved = resolved
+                state.reason = None
+                self._install(state)
 
     def _on_module_loaded(self, name: str) -> None:
         if not self._active:
@@ -274,6 +378,9 @@ class TraceSession:
             return
         tls.busy = True
         try:
+            if phase in (YIELD, RESUME):
+                self._suspend_or_resume(tls, code, phase, frame)
+                return
             call = self._pair(tls, code, phase, frame)
             for state in entry.states:
                 if state.hook.event == phase:
@@ -294,6 +401,8 @@ class TraceSession:
                 if not any(s is stack for s in self._all_stacks):
                     self._all_stacks.append(stack)
         if phase == ENTRY:
+            if self._suspended:
+                self._drop_stale(id(frame))
             call = next(self._calls)
             stack.append(_Frame(id(frame), code, call, _thread()))
             return call
@@ -304,17 +413,56 @@ class TraceSession:
                 while len(stack) > i + 1:
                     self._write_unwind(stack.pop(), "the call exited by an exception")
                 return stack.pop().call
+        if self._suspended:  # a generator that returned after a throw(), with no resume event
+            with self._lock:
+                fr = self._suspended.get(fid)
+                if fr is not None and fr.code is code:
+                    del self._suspended[fid]
+                    return fr.call
         return next(self._calls)
+
+    def _suspend_or_resume(self, tls: _ThreadState, code: types.CodeType, phase: str, frame: types.FrameType) -> None:
+        """A generator or coroutine frame suspending (off this thread's stack) or resuming (back onto it)."""
+        stack = tls.stack
+        fid = id(frame)
+        if phase == RESUME:
+            with self._lock:
+                fr = self._suspended.get(fid)
+                if fr is None or fr.code is not code:
+                    return  # started before tracing did
+                del self._suspended[fid]
+                if not any(s is stack for s in self._all_stacks):
+                    self._all_stacks.append(stack)
+            stack.append(fr)
+            return
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].frame_id == fid and stack[i].code is code:
+                while len(stack) > i + 1:
+                    self._write_unwind(stack.pop(), "the call exited by an exception")
+                fr = stack.pop()
+                with self._lock:
+                    self._drop_stale(fid)
+                    self._suspended[fid] = fr
+                return
+
+    def _drop_stale(self, fid: int) -> None:
+        """A suspended frame whose id a new frame now has was dropped unfinished (its generator freed)."""
+        with self._lock:
+            stale = self._suspended.pop(fid, None)
+        if stale is not None:
+            self._write_unwind(stale, "the generator or coroutine was dropped before it finished")
 
     def _write_unwind(self, fr: _Frame, why: str) -> None:
         entry = self._by_code.get(id(fr.code))
-        for state in entry.states if entry else ():
-            self.writer.write(schema.PROBE, {
-                "stage": state.hook.stage, "target": state.hook.target, "phase": "unwind",
-                "call": fr.call, "compile_id": None, "graph": None,
-                "thread": fr.thread or _thread(), "payload": {"why": why},
-            })
-            break
+        if not entry or not entry.states:
+            return
+        # One record per call, whichever hooks share the code object: the unwind belongs to the call.
+        state = entry.states[0]
+        self.writer.write(schema.PROBE, {
+            "stage": state.hook.stage, "target": state.hook.target, "phase": "unwind",
+            "call": fr.call, "compile_id": None, "graph": None,
+            "thread": fr.thread or _thread(), "payload": {"why": why},
+        })
 
     def _run_probe(self, state: HookState, phase: str, frame: types.FrameType, retval: Any, call: int) -> None:
         hook = state.hook
@@ -340,12 +488,38 @@ class TraceSession:
             self.writer.write(schema.ERROR, {**base, "error": _error(exc)})
             return
         base["probe_ns"] = time.perf_counter_ns() - t0
-        replaced = getattr(self.writer, "replaced", 0)
-        self.writer.write(schema.PROBE, {**base, "payload": payload})
-        if getattr(self.writer, "replaced", 0) != replaced:  # the writer wrote an error record in its place
+        replaced = self.writer.replaced
+        record = {**base, "payload": payload}
+        written = self.writer.write(schema.PROBE, record)
+        if self.writer.replaced != replaced:  # the writer wrote an error record in its place
             state.errors += 1
+        elif written is not None:
+            self._observe(record)
         if hook.keep:
             self.kept.append({**base, "payload": payload})
+
+    def _observe(self, record: dict[str, Any]) -> None:
+        if self.observer is None:
+            return
+        try:
+            self.observer(record)
+        except Exception:  # noqa: BLE001 - an observer's fault (a closed stderr) must not reach the host
+            pass
+
+
+#: The sessions tracing in this process, for the fork handler below.
+_SESSIONS: "weakref.WeakSet[TraceSession]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for session in list(_SESSIONS):
+        session._after_fork_in_child()
+        if not session.active:
+            _SESSIONS.discard(session)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _thread() -> dict[str, Any]:
@@ -367,11 +541,3 @@ def _error(exc: BaseException) -> dict[str, Any]:
         tb = f"<the traceback could not be formatted: {type(inner).__name__}>"
     return {"type": type(exc).__name__, "message": message[:2000], "traceback": tb[-6000:]}
 
-
-def _installed_version(dist: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(dist)
-    except Exception:  # noqa: BLE001
-        return None

@@ -13,46 +13,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_TARGET_RE = re.compile(rf"^({_IDENT}(?:\.{_IDENT})*):((?:{_IDENT}|<locals>)(?:\.(?:{_IDENT}|<locals>))*)$")
+from prov_trace.contract import TargetError, TargetSpec
 
-
-class TargetError(ValueError):
-    """A target string that cannot name anything; the message says how to write one."""
+__all__ = ["ResolveError", "ResolvedTarget", "TargetError", "TargetSpec", "original_code", "resolve", "resolve_in_code"]
 
 
 class ResolveError(LookupError):
     """A well-formed target that does not resolve on this build; the message says why."""
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """A parsed `module:Qual.name`."""
-
-    module: str
-    qualname: str
-
-    @classmethod
-    def parse(cls, text: str) -> "TargetSpec":
-        text = text.strip()
-        m = _TARGET_RE.match(text)
-        if not m:
-            raise TargetError(
-                f"'{text}' is not a target: write it as 'package.module:Qualified.name', "
-                "e.g. 'torch._inductor.scheduler:Scheduler.fuse_nodes'"
-            )
-        if m.group(2).startswith("<locals>") or m.group(2).endswith("<locals>"):
-            raise TargetError(f"'{text}': '<locals>' must sit between a function and the name defined in it")
-        return cls(m.group(1), m.group(2))
-
-    def __str__(self) -> str:
-        return f"{self.module}:{self.qualname}"
 
 
 @dataclass
@@ -191,3 +163,24 @@ def resolve(spec: TargetSpec, modules: dict[str, types.ModuleType] | None = None
                 f"events are kept only when type(self) is a {owner.__qualname__}"
             )
     return resolved
+
+
+def resolve_in_code(spec: TargetSpec, code: types.CodeType) -> ResolvedTarget:
+    """Bind `spec` to a function that the module code `code` defines (at the top level, in a class body,
+    or nested), found among its code constants by qualified name: for a module that has not run yet,
+    such as a script's ``__main__``, whose functions exist only once it runs.
+
+    The function object does not exist yet, so the target has none (``function`` is None).
+    """
+    want = spec.qualname
+    todo, seen = [code], {id(code)}
+    while todo:
+        for const in todo.pop().co_consts:
+            if not isinstance(const, types.CodeType) or id(const) in seen:
+                continue
+            seen.add(id(const))
+            # A class body's code carries the class's name too; a function's code has its own locals.
+            if getattr(const, "co_qualname", None) == want and const.co_flags & inspect.CO_NEWLOCALS:
+                return ResolvedTarget(spec, const, None)
+            todo.append(const)
+    raise ResolveError(f"{code.co_filename} (run as {spec.module}) defines no function {want}")

@@ -3,7 +3,9 @@
 The report builder relies on that shape: a node's ``inputs`` is a list of names, a
 field's ``populated`` a bool, and so on. A stream that decodes but does not keep
 to it (bytes changed on disk, a writer with a bug, a record from a future minor
-version) must still build a report, never crash it. So each documented key of a
+version) must still build a report, never crash it. Maps and lists nested deeper
+than ``schema.MAX_NESTING`` are read as null (and counted) first, so nothing that
+walks a record recurses past Python's limit. So each documented key of a
 known record kind or stage is checked against its type; a value of the wrong
 type is replaced by that type's empty value (``None``, ``[]``, ``{}``, ``False``)
 and counted. Keys the format does not document, and user probes' payloads, are
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prov_trace import schema
+from prov_trace.stream import schema
 
 
 class _Count:
@@ -133,33 +135,69 @@ _ARTIFACT = {
 }
 _SOURCE = {"file": "str", "qualname": "str", "first_line": "int", "user": "bool",
            "lines": ("list", {"line": "int", "text": "str"})}
+#: The Dynamo and export graphs: an FX payload plus the backend's name and the placeholders' shapes.
+_FX_PATH = {**_FX, "backend": "str", "inputs": ("list", "str")}
 PAYLOADS = {
     schema.SOURCE: _SOURCE, schema.PRE_GRAD: _FX, schema.POST_GRAD: _FX, schema.IR_PRE: _IR, schema.IR_POST: _IR,
-    schema.KERNEL_SPEC: _KERNEL, schema.ARTIFACT: _ARTIFACT,
+    schema.KERNEL_SPEC: _KERNEL, schema.ARTIFACT: {**_ARTIFACT, "files": ("list", "str")},
+    schema.DYNAMO_GRAPH: _FX_PATH, schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
 }
 _ENVELOPE = {"stage": "str", "target": "str", "phase": "str", "call": "int", "compile_id": "str", "graph": "str",
              "thread": {"id": "int", "name": "str"}, "probe_ns": "int"}
 HEADER = {"argv": ("list", "str"), "tool_version": "str", "python": "str", "torch": "str", "platform": "str",
           "backend": "str", "backend_reason": "str", "profile": "str", "pid": "int", "target": "str",
-          "target_kind": "str", "train": "bool"}
+          "target_kind": "str", "train": "bool", "standin": "str", "torch_spyre": {"tree": "str", "mode": "str"}}
 RECORDS = {
-    schema.HEADER: HEADER,
+    schema.HEADER: {**HEADER, "stage": "str"},
     schema.PROBE: _ENVELOPE,
     schema.ERROR: {**_ENVELOPE, "error": {"type": "str", "message": "str", "traceback": "str"}},
     schema.HOOK: {"target": "str", "stage": "str", "event": "str", "resolved": "bool", "installed": "bool",
                   "reason": "str", "file": "str", "line": "int", "signature": "str", "notes": ("list", "str"),
                   "fired": "int", "errors": "int"},
-    schema.NOTE: {},
-    schema.END: {"outcome": "str", "detail": "str", "records": "int"},
+    # Every kind's `stage` is a name: the report groups records by it (a list there is unhashable).
+    schema.NOTE: {"text": "str", "level": "str", "stage": "str"},
+    schema.END: {"outcome": "str", "detail": "str", "records": "int", "stage": "str"},
 }
+
+
+def _nests_beyond(value: Any, limit: int) -> bool:
+    """Whether maps and lists nest more than `limit` deep in `value` (a walk without recursion)."""
+    stack = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        if depth >= limit:
+            return True
+        items = v.values() if type(v) is dict else v
+        for item in items:
+            if type(item) is dict or type(item) is list:
+                push((item, depth + 1))
+    return False
+
+
+def _cut_nesting(value: Any, limit: int, count: _Count) -> Any:
+    """`value` with each map or list at depth `limit` replaced by null (counted); recursion stays under `limit`."""
+    if type(value) is dict:
+        if limit <= 0:
+            count.n += 1
+            return None
+        return {k: _cut_nesting(v, limit - 1, count) for k, v in value.items()}
+    if type(value) is list:
+        if limit <= 0:
+            count.n += 1
+            return None
+        return [_cut_nesting(v, limit - 1, count) for v in value]
+    return value
 
 
 def record(rec: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The record with its documented keys of the documented types, and how many values were replaced."""
     count = _Count()
+    if _nests_beyond(rec, schema.MAX_NESTING):
+        rec = _cut_nesting(rec, schema.MAX_NESTING, count)
     shape = RECORDS.get(rec.get("kind"))
     if shape is None:
-        return rec, 0
+        return rec, count.n
     out = _fix(rec, shape, count)
     if rec.get("kind") == schema.PROBE and out.get("stage") in PAYLOADS and "payload" in out:
         payload = _fix(out["payload"], PAYLOADS[out["stage"]], count)

@@ -26,6 +26,15 @@ Not instrumented, and why:
 
 * generators and coroutines: their "return" is every ``yield`` suspension and
   their "entry" every resumption; the target is refused with a sentence.
+* a function Dynamo may trace (a user's helper that ``forward`` calls, an
+  ``nn.Module.forward``): Dynamo would trace the probe call compiled into it as
+  part of the user's code, and it cannot (the compile fails). Such a code object
+  is watched by the ``settrace`` fallback below, and the compile is the one an
+  untraced run makes. Dynamo's own rules (``torch._dynamo.trace_rules.check``,
+  read, never changed) say which functions it skips; before Dynamo is imported
+  they can't be asked, so a function rewritten then is asked again the moment
+  ``torch._dynamo`` has been imported, before it can compile anything, and is
+  put back and moved to the fallback where Dynamo may trace it.
 * a code object with no function to assign to (a ``<locals>`` function, whose
   function objects are made afresh on every call), one whose ``__code__`` cannot
   be assigned or rewritten, or one another prov-trace session has already
@@ -54,15 +63,10 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prov_trace.tracer.backends import (
-    ENTRY,
-    RETURN,
-    Backend,
-    BackendUnavailable,
-    Dispatch,
-    SettraceBackend,
-    register,
-)
+from prov_trace.contract import ENTRY, RETURN
+from prov_trace.tracer.backends.base import Backend, BackendUnavailable, Dispatch
+from prov_trace.tracer.backends.settrace import SettraceBackend
+from prov_trace.tracer.imports import ImportWatcher
 from prov_trace.tracer.targets import REPLACED_CODE, original_code
 
 #: Bytecode layouts this module knows: the call sequence changed in 3.11, 3.12 and 3.13.
@@ -71,6 +75,25 @@ SUPPORTED = ((3, 11), (3, 12), (3, 13))
 _UNINSTRUMENTABLE = (
     inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 )
+
+
+#: Why a function Dynamo may trace is not rewritten.
+DYNAMO_TRACES = ("Dynamo may trace it into a compiled graph (inline it, or compile it as a frame), and it would "
+                 "trace the probe call compiled into it too")
+
+
+def dynamo_may_trace(code: types.CodeType, function: Any) -> bool | None:
+    """Whether Dynamo may trace `code` (inline it into a graph, or compile its frame), by Dynamo's own rules;
+    None while ``torch._dynamo`` is not (wholly) imported, when its rules can't be asked."""
+    dynamo = sys.modules.get("torch._dynamo")
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    if dynamo is None or rules is None or getattr(getattr(dynamo, "__spec__", None), "_initializing", False):
+        return None
+    try:
+        skipped = rules.check(function if function is not None else code, is_inlined_call=True) and rules.check(code)
+    except Exception:  # noqa: BLE001 - rules that can't answer: the safe side
+        return True
+    return not skipped
 
 
 def _log(msg: str) -> None:
@@ -99,6 +122,10 @@ class InjectBackend(Backend):
         #: id(code object the fallback's frames run) -> the target's code object reported for it.
         self._aliases: dict[int, types.CodeType] = {}
         self._runs: dict[int, types.CodeType] = {}   # id(target code) -> the code its frames run
+        #: id(code) of rewrites made before Dynamo's rules could be asked: asked once torch._dynamo is imported.
+        self._unsure: set[int] = set()
+        self._dynamo_watch: ImportWatcher | None = None
+        self._problems: list[str] = []
         self.log: Callable[[str], None] = _log
 
     @classmethod
@@ -137,7 +164,8 @@ class InjectBackend(Backend):
             return
         if function is None:
             self._fall_back(code, phases, "there is no function object whose __code__ could be replaced "
-                                          "(a nested function is made afresh on every call)")
+                                          "(a nested function is made afresh on every call; a script's "
+                                          "own function only once the script runs)")
             return
         current = getattr(function, "__code__", None)
         if current is not code:
@@ -147,7 +175,43 @@ class InjectBackend(Backend):
                 why = f"{function!r} does not hold this code object in __code__"
             self._fall_back(code, phases, why, runs=current if isinstance(current, types.CodeType) else code)
             return
+        may_trace = dynamo_may_trace(code, function)
+        if may_trace:
+            self._fall_back(code, phases, DYNAMO_TRACES)
+            return
         self._rewrite(code, phases, function)
+        if may_trace is None and id(code) in self._rewrites:
+            self._unsure.add(id(code))
+            self._watch_for_dynamo()
+
+    def _watch_for_dynamo(self) -> None:
+        if self._dynamo_watch is None:
+            self._dynamo_watch = ImportWatcher(self._on_dynamo_imported)
+            self._dynamo_watch.watch("torch._dynamo")
+            self._dynamo_watch.install()
+
+    def _on_dynamo_imported(self, name: str) -> None:
+        """torch._dynamo has been imported (it can't have compiled anything yet): ask its rules about every
+        rewrite made before, and put back the ones it may trace, watching them with settrace instead."""
+        if self._dynamo_watch is not None:
+            self._dynamo_watch.uninstall()
+            self._dynamo_watch = None
+        unsure, self._unsure = self._unsure, set()
+        for key in unsure:
+            rw = self._rewrites.get(key)
+            if rw is None or self._dispatch is None:
+                continue
+            try:
+                if dynamo_may_trace(rw.code, rw.function) is False:
+                    continue
+                if rw.function.__code__ is rw.new_code:
+                    rw.function.__code__ = rw.code
+                REPLACED_CODE.pop(id(rw.new_code), None)
+                del self._rewrites[key]
+                self._fall_back(rw.code, frozenset(rw.phases), DYNAMO_TRACES)
+            except Exception as exc:  # noqa: BLE001 - never into the host's import
+                self.log(f"inject: {rw.code.co_qualname} could not be moved off its rewrite "
+                         f"({type(exc).__name__}: {exc}); it is no longer watched")
 
     def _rewrite(self, code: types.CodeType, phases: frozenset[str], function: Any) -> None:
         wanted = set(phases)
@@ -166,6 +230,10 @@ class InjectBackend(Backend):
 
     def stop(self) -> None:
         self._dispatch = None  # probes still running in live frames go quiet at once
+        if self._dynamo_watch is not None:
+            self._dynamo_watch.uninstall()
+            self._dynamo_watch = None
+        self._unsure.clear()
         problems = []
         for rw in self._rewrites.values():
             REPLACED_CODE.pop(id(rw.new_code), None)
@@ -176,12 +244,16 @@ class InjectBackend(Backend):
         self._rewrites.clear()
         if self._settrace is not None:
             self._settrace.stop()
+            self._problems += self._settrace.problems()
             self._settrace = None
         self.fallbacks.clear()
         self._aliases.clear()
         self._runs.clear()
         if problems:
             self.log("left __code__ alone where someone replaced it while traced: " + ", ".join(problems))
+
+    def problems(self) -> list[str]:
+        return list(self._problems)
 
     def _fall_back(self, code: types.CodeType, phases: frozenset[str], why: str,
                    runs: types.CodeType | None = None) -> None:
@@ -281,5 +353,3 @@ def instrument(code: types.CodeType, probe: Callable[[str, Any], None], phases: 
             raise RuntimeError(f"rewriting changed {attr}")
     return new
 
-
-register(InjectBackend)

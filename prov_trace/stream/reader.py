@@ -8,20 +8,21 @@ stream gets one sentence, raised as TraceReadError.
 from __future__ import annotations
 
 import os
+import reprlib
+import stat
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
+import io
+
 import msgpack
 
-from prov_trace import schema
-from prov_trace.report import conform
-
-#: No single record may be larger than this; a crafted length can't make the reader allocate more.
-MAX_RECORD_BYTES = schema.MAX_RECORD_BYTES
-_LIMITS = schema.READ_LIMITS
+from prov_trace.errors import UsageError
+from prov_trace.stream import conform, schema
 
 
-class TraceReadError(Exception):
+
+class TraceReadError(UsageError):
     """The file can't be read as a trace; the message is one sentence for the user."""
 
 
@@ -36,6 +37,8 @@ class Trace:
     problem: str | None = None
     #: Values that did not have their documented type and were replaced by an empty one (report/conform.py).
     repaired: int = 0
+    #: Records of kinds this reader does not know, skipped, by kind (only in a stream of a newer minor version).
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -65,15 +68,25 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     except OSError as exc:
         raise TraceReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     with f:
-        return read_stream(f, size, path)
+        try:
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+        except OSError:
+            regular = True
+        # A pipe (`cat t.msgpack | prov-trace report /dev/stdin`) has no size: read it as it comes.
+        return read_stream(f, size if regular else None, path)
 
 
-def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
-    """Read a trace from an open binary file of `size` bytes."""
+def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
+    """Read a trace from an open binary file of `size` bytes (None: a pipe or other stream, read to its end)."""
+    if size is None:
+        data = f.read()
+        return read_stream(io.BytesIO(data), len(data), path)
     if size == 0:
         raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
-    unpacker = msgpack.Unpacker(f, read_size=1024 * 1024, **schema.UNPACK_OPTIONS, **_LIMITS)
+    unpacker = msgpack.Unpacker(f, read_size=1024 * 1024, **schema.UNPACK_OPTIONS, **schema.READ_LIMITS)
     records: list[dict[str, Any]] = []
+    unknown: dict[str, int] = {}
+    newer = False
     problem = None
     while True:
         offset = unpacker.tell()
@@ -89,7 +102,12 @@ def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
             break
         if not records:
             _check_header(path, obj)
+            newer = tuple(obj["version"]) > schema.SCHEMA_VERSION
         elif not isinstance(obj, dict) or obj.get("kind") not in schema.RECORD_KINDS:
+            if newer and isinstance(obj, dict) and isinstance(obj.get("kind"), str):
+                # A newer minor version may add record kinds: skip them, counted, and read on.
+                unknown[obj["kind"]] = unknown.get(obj["kind"], 0) + 1
+                continue
             problem = f"incomplete at byte {offset} of {size}: the record there is not a prov-trace record"
             break
         records.append(obj)
@@ -106,15 +124,22 @@ def read_stream(f: BinaryIO, size: int, path: str = "<stream>") -> Trace:
     end = body[-1] if body and body[-1].get("kind") == schema.END else None
     if end is None and problem is None:
         problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
-    return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem, repaired=repaired)
+    return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem, repaired=repaired,
+                 unknown_kinds=unknown)
 
 
 def _check_header(path: str, obj: Any) -> None:
     if not isinstance(obj, dict) or obj.get("kind") != schema.HEADER or obj.get("schema") != schema.SCHEMA_NAME:
         raise TraceReadError(f"{path} is not a prov-trace trace: it does not start with a prov-trace header record")
     version = obj.get("version")
-    if not (isinstance(version, list) and len(version) == 2 and all(isinstance(v, int) for v in version)):
-        raise TraceReadError(f"{path} has a malformed header: its schema version is {version!r}")
+    if not (isinstance(version, list) and len(version) == 2 and all(type(v) is int and v >= 0 for v in version)):
+        raise TraceReadError(f"{path} has a malformed header: its schema version is {reprlib.repr(version)}, "
+                             "not [major, minor]")
+    if version[0] < schema.SCHEMA_VERSION[0]:
+        raise TraceReadError(
+            f"{path} was written with trace schema {version[0]}.{version[1]}, older than this prov-trace reads "
+            f"({schema.SCHEMA_VERSION[0]}.x): trace the run again with this prov-trace"
+        )
     if version[0] > schema.SCHEMA_VERSION[0]:
         raise TraceReadError(
             f"{path} was written with trace schema {version[0]}.{version[1]}, newer than this prov-trace reads "

@@ -18,8 +18,8 @@ from typing import Any
 
 import msgpack
 
-from prov_trace.schema import PACK_OPTIONS as _PACK_OPTIONS
-from prov_trace.schema import UNPACK_OPTIONS as _UNPACK_OPTIONS
+from prov_trace.stream.schema import PACK_OPTIONS as _PACK_OPTIONS
+from prov_trace.stream.schema import UNPACK_OPTIONS as _UNPACK_OPTIONS
 
 
 def new_packer() -> msgpack.Packer:

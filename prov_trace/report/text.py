@@ -1,0 +1,47 @@
+"""Text helpers shared by the model and every renderer: trace strings made printable, paths shortened.
+
+Strings in a trace come from the traced program; ``clean`` makes them inert
+printable text before any renderer escapes them for its own format.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Lone surrogates: what invalid UTF-8 decoded with surrogateescape leaves in a str.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+#: The most of one text a Markdown or HTML report shows (a source line, a name, a message). A longer
+#: one (a 60 MB source line) is cut with a visible mark before anything copies it, so a report's size
+#: and memory stay bounded; the trace holds it whole. The JSON report keeps up to MAX_JSON_TEXT.
+MAX_TEXT = 2000
+MAX_JSON_TEXT = 64 * 1024
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text`, or its first `limit` characters and ``…[cut N chars]`` (the mark the probes' bounds use)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[cut {len(text) - limit} chars]"
+
+
+def clean(text: Any) -> str:
+    """Plain printable text: cut at MAX_TEXT, control characters (ANSI escapes, NUL) shown as \\xNN,
+    invalid UTF-8 replaced."""
+    s = cut("" if text is None else text if isinstance(text, str) else str(text))
+    s = s.encode("utf-8", "replace").decode("utf-8", "replace") if _SURROGATE.search(s) else s
+    return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+def basename(path: Any) -> str:
+    """The file name of a path, whichever separator it uses."""
+    return str(path or "").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def short_path(path: Any) -> str:
+    """The last two parts of a path (``examples/reference_mlp.py``): enough to tell files apart in a table."""
+    p = str(path or "")
+    parts = p.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 2 else p

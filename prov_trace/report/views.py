@@ -1,0 +1,964 @@
+"""The view layer: what a report (or a diff) shows, built once, drawn by every renderer.
+
+``report_document(model)`` and ``diff_document(diff)`` turn the model into a
+`Document`: sections of paragraphs and tables whose cells are small typed
+values (`Code`, `Sym`, `Loc`, ...). The Markdown and HTML renderers only
+decide how each kind of block and cell looks, so the two formats carry the
+same facts by construction. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from prov_trace.report.sources import python_spans, span_end
+from prov_trace.report.text import MAX_TEXT, basename, clean, cut, short_path
+from prov_trace.stream import schema as S
+
+# --- inline values ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Code:
+    """Text from the trace shown as code (a name, a path, a source line)."""
+
+    text: Any
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A state symbol: a matrix cell (``all``, ``some``, ``none``, ``na``, ``empty``, ``unobserved``,
+    with n/N where it has them), or a mark (``yes``, ``no``)."""
+
+    state: str
+    n: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source location, shown as its short path and line."""
+
+    file: Any
+    line: Any
+
+
+@dataclass(frozen=True)
+class Tag:
+    """Plain text with a state, which HTML colours (a diff's `▼ dropped`)."""
+
+    text: str
+    state: str = ""
+
+
+@dataclass(frozen=True)
+class Link:
+    """A value that points at another part of the report (HTML links it; Markdown shows the value)."""
+
+    value: Any
+    anchor: str
+
+
+@dataclass(frozen=True)
+class Join:
+    """Inline values in a row: ``sep`` is ``", "`` or ``"\\n"`` (a line break)."""
+
+    items: tuple
+    sep: str = ", "
+
+
+Inline = Union[str, Code, Sym, Loc, Tag, Link, Join]
+
+
+def join(items: Any, sep: str = ", ") -> Join:
+    return Join(tuple(items), sep)
+
+
+# --- blocks -------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    cells: list[Inline]
+    #: Attributes only HTML uses (``data-src``, ``data-node``, ``class``) to make the row interactive.
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    headers: list[Inline] | None
+    rows: list[Row]
+    #: Rows left out by the row bound; the renderers say so under the table.
+    more: int = 0
+    cls: str = ""
+
+
+@dataclass
+class Para:
+    parts: list[Inline]
+    cls: str = ""
+
+
+@dataclass
+class Banner:
+    title: str
+    text: Inline
+
+
+@dataclass
+class Bullets:
+    items: list[list[Inline]]
+    cls: str = ""
+
+
+@dataclass
+class Matrix:
+    """A graph's Stage × Field matrix; ``cells[key]`` lists the objects behind a cell, for HTML's cell view."""
+
+    table: Table
+    keys: list[list[str]]
+    cells: dict[str, dict[str, Any]]
+
+
+@dataclass
+class LineageBlock:
+    lineage: dict[str, Any]
+    titles: dict[str, str]
+    changes: Table | None
+
+
+@dataclass
+class FileViews:
+    """The line-by-line source view and the generated-code view: data HTML's script draws on demand.
+    Markdown says where they are."""
+
+    sources: list[dict[str, Any]]
+    code: list[dict[str, Any]]
+    titles: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Section:
+    title: str
+    level: int
+    blocks: list[Any] = field(default_factory=list)
+    attrs: dict[str, str] = field(default_factory=dict)
+    #: HTML folds it (``<details>``); Markdown shows it as a heading like any other.
+    collapsed: bool = False
+
+
+@dataclass
+class Document:
+    title: str
+    blocks: list[Any]
+    #: ``report`` (interactive in HTML) or ``diff``.
+    kind: str = "report"
+    page_title: str = ""
+
+
+Block = Union[Table, Para, Banner, Bullets, Matrix, LineageBlock, FileViews, Section]
+
+#: Each state's symbol in Markdown (emoji, as the seed's report) and in HTML (text glyphs: an
+#: air-gapped machine may have no emoji font).
+EMOJI = {"all": "✅", "some": "◐", "none": "❌", "na": "➖", "empty": "∅", "unobserved": "⚠", "yes": "✅", "no": "❌"}
+GLYPHS = {"all": "✓", "some": "◐", "none": "✗", "na": "–", "empty": "∅", "unobserved": "⚠", "yes": "✓", "no": "✗"}
+
+
+def symbol_text(sym: Sym, glyphs: dict[str, str]) -> str:
+    """A symbol as text: the glyph, and ``n/N`` where the state counts objects."""
+    g = glyphs.get(sym.state, sym.state)
+    return f"{g} {sym.n}/{sym.total}" if sym.n is not None and sym.total is not None else g
+
+
+def cell_sym(cell: dict[str, Any]) -> Sym:
+    """A matrix cell's symbol: counted states show n/N."""
+    if cell["state"] in ("all", "some", "none"):
+        return Sym(cell["state"], cell.get("n", 0), cell.get("total", 0))
+    return Sym(cell["state"])
+
+
+def ended(tr: dict[str, Any]) -> str:
+    end = tr.get("end")
+    if not end:
+        return "no end record"
+    return f"{end.get('outcome')}" + (f" ({end.get('detail')})" if end.get("detail") else "")
+
+
+def src_id(s: dict[str, Any]) -> str:
+    """The lineage node id of a source line."""
+    return f"{S.SOURCE}:{s.get('file')}:{s.get('line')}"
+
+
+def _loc(s: dict[str, Any] | None) -> Inline:
+    return Loc(s.get("file"), s.get("line")) if s else Sym("no")
+
+
+def _field_cell(f: dict[str, Any] | None) -> Inline:
+    if not f or not f.get("has"):
+        return Sym("na")
+    if f.get("populated"):
+        return Code((f.get("type") or "?").rsplit(".", 1)[-1])
+    return Sym("no")
+
+
+def _codes(names: Any, limit: int | None = None) -> Join:
+    items = list(names or [])
+    return join(Code(n) for n in (items if limit is None else items[:limit]))
+
+
+# --- the report -----------------------------------------------------------------------------
+
+#: Rows per per-stage table; the rest are in the JSON output.
+MAX_ROWS = 1000
+MERMAID_MAX_NODES = 300
+MAX_SVG_NODES = 1500
+MAX_CELL_NAMES = 200
+
+
+#: What the report says about the texts it cuts (text.MAX_TEXT).
+TEXTS_CUT = (f"Long texts are cut at {MAX_TEXT:,} characters where shown here, marked …[cut N chars]; "
+             "the trace holds them whole.")
+
+
+def report_document(model: dict[str, Any], max_rows: int = MAX_ROWS, texts: dict[str, Any] | None = None) -> Document:
+    """The report's view. `texts` (``sources.load``) are the files the HTML's source and code views show."""
+    h, tr = model["header"], model["trace"]
+    blocks: list[Any] = []
+    if not tr["complete"]:
+        blocks.append(Banner("Partial trace.", f"{tr['problem'] or 'the stream has no end record'}. "
+                                              "Everything below is what was recorded before that point."))
+    if tr.get("repaired"):
+        blocks.append(Banner("Malformed records.", f"{tr['repaired']} values in the trace did not have the type "
+                             "docs/trace-format.md gives them and were read as empty (the file was changed, or "
+                             "written by another tool)."))
+    if tr.get("unknown_kinds"):
+        blocks.append(Banner("Newer trace.", _unknown_kinds(tr["unknown_kinds"], h.get("version"))))
+    if tr.get("warnings"):
+        blocks.append(Banner("Warnings.", " ".join(tr["warnings"])))
+    stop = tr.get("end") or {}
+    if stop.get("outcome") in ("interrupted", "signal"):
+        blocks.append(Banner("Run stopped early", f"({stop.get('detail') or stop.get('outcome')}): the traced program "
+                             "did not finish. The trace is whole up to the stop; stages the compile had not reached "
+                             "show as not observed."))
+    intro = Section("Run", 2, attrs={"class": "intro"})
+    intro.blocks.append(Para(["Measurement only: every count below is computed from one traced run; "
+                              "nothing is hand-written."]))
+    intro.blocks.append(Table(None, [
+        Row(["Run", Code(" ".join(h.get("argv") or []))]),
+        Row(["Python / torch", f"{h.get('python')} / {h.get('torch')}"]),
+        Row(["Platform", str(h.get("platform"))]),
+        Row(["Profile", Code(h.get("profile"))]),
+        *([Row(["Spyre", _spyre_line(h)])] if _spyre_line(h) else []),
+        Row(["Backend", join([Code(h.get("backend")), str(h.get("backend_reason"))], ": ")]),
+        Row(["Trace", join([Code(tr["path"]), f"{int(tr['bytes'] or 0)} bytes", f"{int(tr['records'] or 0)} records"])]),
+        Row(["Ended", ended(tr)]),
+    ], cls="kv"))
+    blocks.append(intro)
+    blocks.append(_counts(model))
+    blocks.append(Section("Legend", 2, [Bullets([[Sym(k), v["meaning"]] for k, v in model["symbols"].items()],
+                                                cls="legend"), Para([TEXTS_CUT])], attrs={"class": "intro"}))
+    blocks.append(_source_section(model, texts))
+    for gi, g in enumerate(model["graphs"]):
+        blocks.append(_graph(g, gi, model, max_rows))
+    if model.get("spyre"):
+        blocks.append(_spyre(model["spyre"]))
+    blocks.append(_hooks(model))
+    if model["errors"]:
+        blocks.append(Section("Probe errors", 2, [Table(["Stage", "Target", "Phase", "Error"], [
+            Row([str(e["stage"]), Code(e["target"]), str(e["phase"]), f"{e['type']}: {e['message']}"])
+            for e in model["errors"][:200]], more=max(0, len(model["errors"]) - 200))]))
+    return Document("Source-to-kernel provenance audit", blocks,
+                    page_title=f"Provenance audit: {h.get('target') or tr.get('path')}")
+
+
+def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
+    written = f"schema {version[0]}.{version[1]}" if isinstance(version, list) and len(version) == 2 else "a newer schema"
+    return (f"{sum(kinds.values())} records of kinds this prov-trace does not know were skipped (the trace was written "
+            f"with {written}, newer than this reader's {S.SCHEMA_VERSION[0]}.{S.SCHEMA_VERSION[1]}): "
+            + ", ".join(f"{k or '(empty)'} ×{n}" for k, n in sorted(kinds.items())) + ". Upgrade prov-trace to read them.")
+
+
+def _counts(model: dict[str, Any]) -> Section:
+    titles, order = model["stage_titles"], model["stage_order"]
+    sec = Section("Counts", 2, attrs={"class": "intro"})
+    rows = []
+    for g in model["graphs"]:
+        cells: list[Inline] = [g["label"]]
+        for st in order:
+            d = g["stages"][st]
+            if not d["observed"]:
+                cells.append(Sym("na" if st in g.get("off_path", {}) else "unobserved"))
+            elif st in g.get("shared", {}):
+                cells.append(f"{len(d['objects'])} (= {g['shared'][st]})")
+            else:
+                cells.append(str(len(d["objects"])))
+        rows.append(Row(cells))
+        if any(g["stages"][st].get("boundary") for st in order):
+            rows.append(Row([f"{g['label']}: placeholders and outputs"] + [
+                str(len(g["stages"][st]["boundary"])) if "boundary" in g["stages"][st] and g["stages"][st]["observed"]
+                else "" for st in order]))
+    sec.blocks.append(Table(["Graph"] + [titles[st] for st in order], rows))
+    sec.blocks.append(Para(["Objects per stage: source lines, FX compute nodes (call_function, call_method, "
+                            "call_module: the ones the matrix measures; placeholders, attributes and outputs are "
+                            "counted on their own line), IR ops, kernels, kernels found in the emitted file. The "
+                            "kernel spec counts each kernel Inductor defines or calls (extern kernels once per call); "
+                            "the artifact counts each kernel the emitted file defines, and each extern call in it. "
+                            "\"= 0/0 forward\" marks a stage a graph shares with the first graph of its compile: "
+                            "AOT autograd splits one Dynamo graph into the forward and backward graphs."]))
+    if model.get("frames_without_graph"):
+        sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
+            join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
+            for f in model["frames_without_graph"]), "."]))
+    if model.get("cuts"):
+        sec.blocks.append(Para(["Snapshots cut by a bound (docs/trace-format.md, Bounds): the counts and tables cover "
+                                "the objects that were recorded. ", join((
+                                    f"{c['compile_id']} {c['graph'] or ''} {titles.get(c['stage'], c['stage'])}: "
+                                    f"{c['cut']} of {c['total'] if c['total'] is not None else '?'} not recorded "
+                                    f"({c['reason'] or 'no reason given'})" for c in model["cuts"]), "; "), "."]))
+    return sec
+
+
+def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> Section:
+    titles, order = model["stage_titles"], model["stage_order"]
+    sec = Section(f"Graph {g['label']}", 2, attrs={"class": "graph", "data-graph": str(gi), "data-label": str(g["label"])})
+    anchors = _anchors(g, gi)
+    sec.blocks.append(_headline(g, titles))
+    if g.get("backend") == "torch.export":
+        sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
+    elif g.get("backend"):
+        sec.blocks.append(Para(["Dynamo handed this graph to the ", Code(g["backend"]), " backend."]))
+    for note in g.get("notes", []):
+        sec.blocks.append(Banner("Note.", note))
+    if g.get("shared"):
+        owner = next(iter(g["shared"].values()))
+        sec.blocks.append(Para([", ".join(titles[st] for st in g["shared"]) + f" are shared with {owner}: AOT autograd "
+                                "split one Dynamo graph into this graph and that one, so their objects are the same "
+                                "objects, counted once in the run's summary."]))
+    matrix = Section("Stage × Field matrix", 3, [
+        Para(["Each column is measured on the object that stage produces: the FX compute node, the LoopLevelIR op, "
+              "the kernel and its IR ops, the kernel's entry in the emitted file. In HTML, hover or click a cell to "
+              "list the objects behind its n/N."]),
+        _matrix(g, order, titles)])
+    off = g.get("off_path") or {}
+    reasons = [[Code(r["field"]), f"at {titles[st]}: {c['reason']}."] for r in g["matrix"]
+               for st, c in r["cells"].items() if c.get("reason") and st not in off]
+    if off:
+        by_reason: dict[str, list[str]] = {}
+        for st, why in off.items():
+            by_reason.setdefault(why, []).append(titles.get(st, st))
+        for why, sts in by_reason.items():
+            matrix.blocks.append(Para([Sym("na"), f" {', '.join(sts)}: {why}."]))
+    if reasons:
+        matrix.blocks.append(Para([Sym("na"), " where the field cannot exist yet:"]))
+        matrix.blocks.append(Bullets(reasons))
+    sec.blocks.append(matrix)
+    sec.blocks.append(_losses(g, titles, anchors))
+    sec.blocks.append(_survival(g, order, titles))
+    sec.blocks.append(_lineage(g, titles))
+    detail = Section("Per-stage detail", 3)
+    for st in order:
+        detail.blocks.append(_stage_detail(g, st, titles, max_rows, anchors))
+    km = _kernel_map(g)
+    if km is not None:
+        detail.blocks.append(km)
+    handles = _spyre_handles(g, max_rows)
+    if handles is not None:
+        detail.blocks.append(handles)
+    sec.blocks.append(detail)
+    return sec
+
+
+def _anchors(g: dict[str, Any], gi: int) -> dict[str, str]:
+    """An HTML id for each object's row in the per-stage tables (``stage:name`` -> ``g0-post_grad-3``)."""
+    out = {}
+    for st, data in g["stages"].items():
+        for i, o in enumerate(list(data.get("objects", [])) + list(data.get("boundary", []))):
+            out.setdefault(f"{st}:{o['name']}", f"g{gi}-{st}-{i}")
+    return out
+
+
+def _linked(st: str, names: Any, anchors: dict[str, str], limit: int = 50) -> Join:
+    items = []
+    for n in list(names or [])[:limit]:
+        a = anchors.get(f"{st}:{n}")
+        items.append(Link(Code(n), a) if a else Code(n))
+    return join(items)
+
+
+def _headline(g: dict[str, Any], titles: dict[str, str]) -> Para:
+    """A few measured sentences: how far the model's own lines get, where most are lost, sourceless kernels."""
+    hl = g["headline"]
+    parts: list[Inline] = []
+    n = hl["lines"]
+    reached = [(st, k) for st, k in hl["reached"].items() if k is not None]
+    if n:
+        parts.append(f"{n} line{'s' if n != 1 else ''} of the model's source hold{'s' if n == 1 else ''} an op in this graph. "
+                     "Lines carrying provenance at each stage: "
+                     + ", ".join(f"{titles[st]} {k}/{n} ({k / n:.0%})" for st, k in reached) + ". ")
+    else:
+        parts.append("No line of the model's own source holds an op in this graph. ")
+    worst = hl["worst"]
+    if worst:
+        parts.append(f"Most lines are lost from {titles.get(worst['from'], 'nothing') if worst['from'] else 'the start'} "
+                     f"to {titles[worst['to']]} ({worst['lines']} line{'s' if worst['lines'] != 1 else ''}). ")
+    elif n:
+        parts.append("No line is lost on the way. ")
+    if hl["kernels"] is not None:
+        bare = hl["sourceless_kernels"]
+        parts.append(f"{len(bare)} of {hl['kernels']} kernel{'s' if hl['kernels'] != 1 else ''} carry no source at all"
+                     + (": " if bare else "."))
+        if bare:
+            parts += [join(Code(b) for b in bare[:20]), "."]
+    return Para(parts, cls="headline")
+
+
+def _losses(g: dict[str, Any], titles: dict[str, str], anchors: dict[str, str]) -> Section:
+    sec = Section("Where provenance is lost", 3)
+    if not g["losses"]:
+        sec.blocks.append(Para(["No line of the model's source is lost between stages in this graph."]))
+        return sec
+    sec.blocks.append(Para(["The model's lines grouped by the stage transition that lost them and by the kind of object "
+                            "there that lost them, most lines first: what to fix first."]))
+    rows = []
+    for rank, grp in enumerate(g["losses"], 1):
+        look = S.KERNEL_SPEC if grp["to"] == S.ARTIFACT else grp["to"]
+        rows.append(Row([str(rank), f"{titles.get(grp['from'], '—') if grp['from'] else 'never attached'} → "
+                         f"{titles[grp['to']]}", grp["kind"], str(len(grp["lines"])),
+                         join(Loc(ln["file"], ln["line"]) for ln in grp["lines"][:20]),
+                         _linked(look, grp["objects"], anchors)]))
+    sec.blocks.append(Table(["Rank", "Lost", "Object kind", "Lines", "Which lines", "Objects"], rows))
+    return sec
+
+
+def _matrix(g: dict[str, Any], order: list[str], titles: dict[str, str]) -> Matrix:
+    rows, keys, cells = [], [], {}
+    for ri, r in enumerate(g["matrix"]):
+        row_keys = []
+        for st in order:
+            c = r["cells"][st]
+            key = f"{ri}:{st}"
+            row_keys.append(key)
+            populated = [cut(str(x)) for x in c.get("objects", [])]
+            pset = set(populated)
+            stage = g["stages"].get(st) or {}
+            missing = ([cut(str(o["name"])) for o in stage.get("objects", []) if cut(str(o["name"])) not in pset]
+                       [:MAX_CELL_NAMES] if c["state"] in ("some", "none") else [])
+            cells[key] = {"field": r["field"], "stage": titles[st], "state": c["state"], "n": c["n"], "total": c["total"],
+                          "populated": populated, "missing": missing, "sym": cell_sym(c)}
+        keys.append(row_keys)
+        rows.append(Row([r["layer"], Code(r["field"])] + [cell_sym(r["cells"][st]) for st in order]))
+    return Matrix(Table(["Layer", "Field"] + [titles[st] for st in order], rows, cls="matrix"), keys, cells)
+
+
+def _survival(g: dict[str, Any], order: list[str], titles: dict[str, str]) -> Section:
+    stages = [st for st in order if st != S.SOURCE]
+    off = g.get("off_path") or {}
+    rows, library = [], []
+    for s in g["survival"]:
+        sid = src_id(s)
+        if s.get("note"):
+            last, lost = s["note"], "—"
+        else:
+            last = titles.get(s["last_stage"], "—") if s["last_stage"] else "never attached"
+            lost = titles.get(s["lost_at"], "") if s["lost_at"] else "survives"
+        row = Row([
+            Loc(s.get("file"), s.get("line")), Code(s.get("text")),
+            *[(Sym("na" if st in off else "unobserved") if s["counts"].get(st) is None else str(s["counts"][st]))
+              for st in stages],
+            last, lost, _codes(s["lost_by"]),
+        ], attrs={"class": "srcline", "data-src": sid, "data-node": sid, "tabindex": "0"})
+        (rows if s.get("user", True) else library).append(row)
+    headers: list[Inline] = ["Line", "Code"] + [titles[st] for st in stages] + ["Last attached", "First lost", "Lost by"]
+    return Section("Provenance survival per source line", 3, [
+        Para(["For each line of model source (your own files first, each file's lines together): the last stage where an object still carries that line, and the first "
+              "stage after it where none does (with the objects there that lost it). In HTML, click a line to highlight "
+              "everything it flows into, in the lineage graph and the per-stage tables."]),
+        Table(headers, rows),
+        *([Section(f"Library and framework lines ({len(library)})", 4, [
+            Para(["Lines in installed packages and torch itself that the stack traces name: not your code."]),
+            Table(headers, library)], collapsed=True)] if library else []),
+        Para([], cls="hlinfo muted"),
+    ])
+
+
+def _lineage(g: dict[str, Any], titles: dict[str, str]) -> Section:
+    sec = Section("Lineage", 3, [Para([
+        "Each object linked to the objects it came from, by the fields the trace recorded: a source line → the FX "
+        "nodes that carry it; ", Code("from_node"), " (pre-grad → post-grad); ", Code("origins"), " (post-grad → "
+        "LoopLevelIR, by the op's ", Code("origin_node"), "); the same buffer across the passes; kernel membership (IR "
+        "op → kernel); the same kernel in the emitted file. The other nodes an op's ", Code("origins"), " list (an input "
+        "Inductor realised, an op computed inline) are side links, dashed and listed as \"also in origins\": never "
+        "a decomposition or a fusion. A fusion is one kernel holding several IR ops. An object with no source and no "
+        "link of its own is linked to its source-bearing producers by its inputs (dashed, ", Code("inherited"), "). "
+        "FX placeholders and outputs are not drawn."])])
+    lin = g.get("lineage")
+    if not lin or not lin["nodes"]:
+        sec.blocks.append(Para(["∅ nothing to draw."]))
+        return sec
+    name = {n["id"]: n for n in lin["nodes"]}
+
+    def nm(nid: str) -> Inline:
+        n = name[nid]
+        return join([Code(n["name"]), f"({titles.get(n['stage'], n['stage'])})"], " ")
+
+    rows = [Row(["decomposition", nm(d["from"]), join(nm(t) for t in d["to"])]) for d in lin["decompositions"]]
+    rows += [Row(["fusion", join(nm(f) for f in d["from"]), nm(d["to"])]) for d in lin["fusions"]]
+    rows += [Row(["also in origins", join(nm(f) for f in d["from"]), nm(d["to"])]) for d in lin.get("also_in_origins", [])]
+    rows += [Row(["inherited", join(nm(f) for f in n["inherits_from"]), nm(n["id"])])
+             for n in lin["nodes"] if n.get("inherited")]
+    sec.blocks.append(LineageBlock(lin, titles, Table(["Change", "From", "To"], rows) if rows else None))
+    if not rows:
+        sec.blocks.append(Para(["No decomposition, fusion, side link or inherited link: every object maps one to one."]))
+    return sec
+
+
+def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: int,
+                  anchors: dict[str, str]) -> Section:
+    data = g["stages"][st]
+    off = (g.get("off_path") or {}).get(st)
+    count = len(data["objects"]) if data["observed"] else ("not on this compile's path" if off else "not observed")
+    if data["observed"] and data.get("boundary"):
+        count = f"{count} + {len(data['boundary'])} placeholders and outputs"
+    sec = Section(f"{titles.get(st, st)} ({count})", 4, collapsed=True)
+    if data.get("note"):
+        sec.blocks.append(Para([str(data["note"])]))
+    if not data["observed"]:
+        sec.blocks.append(Para([Sym("na"), f" {off}."] if off else [Sym("unobserved"), " not observed."]))
+        return sec
+    objs = data["objects"]
+    if not objs:
+        sec.blocks.append(Para([Sym("empty"), " no objects."]))
+        return sec
+    shown = objs[:max_rows]
+    more = len(objs) - len(shown)
+    if st == S.SOURCE:
+        table = Table(["Line", "Function", "Source"],
+                      [Row([_loc(o["sources"][0]), Code(o["kind"]), Code(o.get("text"))],
+                           {"data-node": src_id(o["sources"][0]), "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+    elif st == S.ARTIFACT:
+        table = Table(["Kernel", "Kind", "Def line", "Call lines", "Provenance comments"], [
+            Row([Code(o["name"]), str(o["kind"]), str(o.get("def_line") or ""),
+                 ", ".join(map(str, o.get("call_lines") or [])),
+                 join((Code(c) for c in o["provenance_comments"]), "\n") if o["provenance_comments"] else Sym("no")],
+                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+    else:
+        fields = list(shown[0]["fields"].keys())
+        kernels = st == S.KERNEL_SPEC
+        rows = []
+        for o in shown:
+            cells: list[Inline] = [Code(o["name"]), Code(o.get("kind"))] + [_field_cell(o["fields"].get(f)) for f in fields]
+            if kernels:
+                cells += [_codes(o.get("ops")), _codes(o.get("origins")) if o.get("origins") else Sym("no")]
+            cells.append(join(_loc(s) for s in o["sources"][:3]) if o["sources"] else Sym("no"))
+            rows.append(Row(cells, {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}))
+        table = Table(["Name", "Kind"] + [Code(f) for f in fields] + (["IR ops", "Origins"] if kernels else [])
+                      + ["Source line"], rows, more)
+    sec.blocks.append(table)
+    boundary = data.get("boundary") or []
+    if boundary:
+        sec.blocks.append(Para([f"Placeholders and outputs ({len(boundary)}): the graph's boundary, not counted in "
+                                "the matrix."]))
+        sec.blocks.append(Table(["Name", "Kind", "Source line"], [
+            Row([Code(o["name"]), Code(o.get("kind")), join(_loc(x) for x in o["sources"][:3]) if o["sources"] else Sym("no")],
+                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in boundary[:max_rows]],
+            max(0, len(boundary) - max_rows)))
+    return sec
+
+
+def _kernel_map(g: dict[str, Any]) -> Section | None:
+    ks = g["stages"].get(S.KERNEL_SPEC)
+    if not ks or not ks["observed"] or not ks["objects"]:
+        return None
+    rows = [Row([Code(k["name"]), str(k["kind"]), _codes(k["ops"]), _codes(k["origins"]) if k["origins"] else Sym("no"),
+                 join(_loc(s) for s in k["sources"]) if k["sources"] else Sym("no")]) for k in ks["objects"]]
+    return Section("Kernel → IR ops → origins → source line", 4, [
+        Table(["Kernel", "Kind", "IR ops", "Origins (post-grad nodes)", "Source lines"], rows)], collapsed=True)
+
+
+# --- torch-spyre ------------------------------------------------------------------------------
+
+
+def _spyre_line(h: dict[str, Any]) -> str | None:
+    """The run table's Spyre row: the stand-in's line (or torch-spyre's own _C), and the tree."""
+    ts = h.get("torch_spyre") if isinstance(h.get("torch_spyre"), dict) else {}
+    what = h.get("standin") if isinstance(h.get("standin"), str) else (
+        "torch-spyre's own torch_spyre._C" if ts.get("mode") == "real" else None)
+    if what is None:
+        return None
+    return what + (f" (torch-spyre from {ts['tree']})" if isinstance(ts.get("tree"), str) else "")
+
+
+def _handle_loc(src: Any) -> Inline:
+    return Loc(src.get("file"), src.get("line")) if isinstance(src, dict) else Sym("no")
+
+
+def _spyre_handles(g: dict[str, Any], max_rows: int) -> Section | None:
+    """Each OpSpec's DebugHandle, field by field, and the SDSC op that carries the same handle."""
+    ks = g["stages"].get(S.KERNEL_SPEC) or {}
+    specs = [o for o in ks.get("objects", []) if "debug_handle_fields" in o]
+    if not specs:
+        return None
+    in_bundle: dict[str, list[str]] = {}
+    for o in (g["stages"].get(S.ARTIFACT) or {}).get("objects", []):
+        if o.get("debug_handle_id"):
+            in_bundle.setdefault(str(o["debug_handle_id"]), []).append(str(o["name"]))
+    rows = []
+    for o in specs[:max_rows]:
+        h = o.get("debug_handle_fields")
+        if not h:
+            rows.append(Row([Code(o["name"]), Sym("no")] + [""] * 6, {"data-node": f"{S.KERNEL_SPEC}:{o['name']}"}))
+            continue
+        fused = [join([Code(", ".join(p.get("ir_chain") or []) or "?"), Code(p.get("aten_op") or "?"),
+                       _handle_loc(p.get("source"))], " ") for p in h.get("fused_from", [])]
+        history = [Code(f"{t.get('kind')} {t.get('pass_name')}" + (f": {t['reason']}" if t.get("reason") else ""))
+                   for t in h.get("transform_history", [])]
+        bundle = in_bundle.get(str(h.get("id")))
+        rows.append(Row([
+            Code(o["name"]), Code(h.get("id")), _handle_loc(h.get("source")),
+            Code(h["aten_op"]) if h.get("aten_op") else Sym("no"), _codes(h.get("ir_chain")),
+            join(fused, "\n") if fused else Sym("no"), join(history, "\n") if history else Sym("no"),
+            _codes(bundle) if bundle else Sym("no"),
+        ], {"data-node": f"{S.KERNEL_SPEC}:{o['name']}"}))
+    return Section("Spyre debug_handle", 4, [
+        Para(["Each OpSpec's ", Code("debug_handle"), " (torch-spyre's DebugHandle, as its ", Code("to_dict()"),
+              " writes it): the source it names (none when its origins disagree: the lines are then in ",
+              Code("fused_from"), "), the ATen op, the IR chain (origins, then the buffer), the handles it was fused "
+              "from, the passes that rewrote it, and the SDSC op whose ", Code("debug_handle_"), " is the same "
+              "handle."]),
+        Table(["OpSpec", "id", "source", "aten_op", "ir_chain", "fused_from", "transform_history", "In bundle"],
+              rows, max(0, len(specs) - max_rows))], collapsed=True)
+
+
+def _lines(file_lines: Any) -> Inline:
+    items = list(file_lines or [])
+    return join((Code(basename(x)) for x in items), "\n") if items else Sym("no")
+
+
+def _spyre(sp: dict[str, Any]) -> Section:
+    """The run's Spyre section: what the stand-in did, and torch-spyre's own provenance record against the trace."""
+    sec = Section("Spyre", 2)
+    if sp.get("standin"):
+        sec.blocks.append(Para([f"{sp['standin']}: torch-spyre's Python compile path ran as it is; its native "
+                                "side (", Code("torch_spyre._C"), ", the device runtime, ", Code("dxp_standalone"),
+                                ") was prov-trace's CPU stand-in, which records what it is asked and runs no kernel."]))
+    elif sp.get("mode") == "real":
+        sec.blocks.append(Para(["torch-spyre's own ", Code("torch_spyre._C"), " was used, so there is no stand-in "
+                                "record of its ", Code("register_kernel_provenance"), " calls to check the trace "
+                                "against."]))
+    if sp.get("error"):
+        sec.blocks.append(Para([f"The stand-in's record could not be read at the end of the run: {sp['error']}."]))
+    bundles = sp.get("bundles") or []
+    if sp.get("recorded"):
+        accepted = sum(1 for b in bundles if b.get("accepted"))
+        parts: list[Inline] = [f"{len(bundles)} bundle(s) handed to ", Code("dxp_standalone"), f", {accepted} accepted"]
+        not_run = sp.get("kernels_not_run") or []
+        parts += [f"; {len(not_run)} kernel launch(es) not run", *((": ", _codes(not_run, 20)) if not_run else ()), "."]
+        sec.blocks.append(Para(parts))
+    if sp.get("op_specs"):
+        missing = sp.get("op_specs_in_no_bundle") or []
+        sec.blocks.append(Para([f"{sp['op_specs'] - len(missing)} of {sp['op_specs']} OpSpecs have their ",
+                                Code("debug_handle"), " on an op of a bundle", *((": in none, ", _codes(missing, 20),
+                                " (built and never emitted: a discarded attempt, a kernel reused by its source, or a "
+                                "compile that stopped first)") if missing else ()), "."]))
+    cc = sp.get("crosscheck")
+    if cc is None:
+        return sec
+    sub = Section("torch-spyre's own record: register_kernel_provenance", 3)
+    sec.blocks.append(sub)
+    rows = cc.get("kernels") or []
+    n_agree = sum(1 for r in rows if r.get("agree"))
+    if cc.get("agree"):
+        verdict = (f"Agrees: for each of the {len(rows)} kernel(s) torch-spyre registered, the debug-handle ids are "
+                   "the bundle's debug_handle_ ids, in order, and the source lines they name are the lines the "
+                   "kernel's IR ops carry (kernel → origins → source line).")
+    elif not rows and not cc.get("registrations_without_kernel") and not cc.get("kernels_without_registration"):
+        verdict = "Nothing to compare: torch-spyre registered no kernel and the trace has no bundle directory."
+    else:
+        verdict = (f"Disagrees: {n_agree} of {len(rows)} registered kernel(s) agree with the trace; the rows marked "
+                   "✗ below, and the lists under the table, say where.")
+    sub.blocks.append(Para([verdict]))
+    if rows:
+        sub.blocks.append(Table(["Graph", "Kernel", "Registered as", "Handle ids", "Ids = bundle's", "Registered lines",
+                                 "Trace lines", "Lines agree"], [
+            Row([str(r.get("compile_id")), Code(r.get("kernel")), Code(r.get("event_base_name")),
+                 str(len(r.get("registered_ids") or [])), Sym("yes" if r.get("ids_agree") else "no"),
+                 _lines(r.get("registered_sources")), _lines(r.get("trace_sources")),
+                 Sym("yes" if r.get("sources_agree") else "no")]) for r in rows]))
+    items: list[list[Inline]] = []
+    for r in rows:
+        if r.get("ids_not_in_trace"):
+            items.append([Code(r.get("kernel")), ": registered ids no OpSpec in the trace has: ",
+                          _codes(r["ids_not_in_trace"], 20)])
+    for r in cc.get("registrations_without_kernel") or []:
+        items.append(["Registered, no bundle directory in the trace: ", Code(r.get("event_base_name"))])
+    for r in cc.get("kernels_without_registration") or []:
+        items.append(["Bundle directory with no registration: ", Code(r.get("kernel")), f" ({r.get('compile_id')})"])
+    if items:
+        sub.blocks.append(Bullets(items))
+    return sec
+
+
+def _hooks(model: dict[str, Any]) -> Section:
+    titles = model["stage_titles"]
+    rows = [Row([Code(hk.get("target")), titles.get(hk.get("stage"), str(hk.get("stage"))), str(hk.get("event")),
+                 Sym("yes" if hk.get("resolved") else "no"), Sym("yes" if hk.get("installed") else "no"),
+                 str(hk.get("fired", 0)), str(hk.get("errors", 0)),
+                 str(hk.get("reason") or "; ".join(map(str, hk.get("notes") or [])) or "")])
+            for hk in model["hooks"]]
+    return Section("Hooks", 2, [Table(["Target", "Stage", "Event", "Resolved", "Installed", "Fired", "Errors", "Notes"], rows)])
+
+
+# --- the source and code views -------------------------------------------------------------------
+
+#: Object names listed per stage for one line in the source view.
+MAX_LINE_OBJECTS = 20
+
+
+def _rank(order: list[str], stage: str | None) -> int:
+    return order.index(stage) if stage in order else -1
+
+
+def _line_marks(model: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Per file and line: the furthest stage any graph carries it to, and per graph what carries it at each stage."""
+    order = [st for st in model["stage_order"] if st in S.STAGES]
+    marks: dict[str, dict[int, dict[str, Any]]] = {}
+    user_files: set[str] = set()
+    for gi, g in enumerate(model["graphs"]):
+        anchors = _anchors(g, gi)
+        for r in g["survival"]:
+            if not isinstance(r.get("file"), str) or not isinstance(r.get("line"), int):
+                continue
+            m = marks.setdefault(r["file"], {}).setdefault(r["line"], {"last": None, "note": None, "graphs": []})
+            if r.get("user"):
+                user_files.add(r["file"])
+            if r["last_stage"] and _rank(order, r["last_stage"]) > _rank(order, m["last"]):
+                m["last"] = r["last_stage"]
+            if r.get("note") and not m["note"]:
+                m["note"] = r["note"]
+            carried = {st: [[n, anchors.get(f"{st}:{n}")] for n in names[:MAX_LINE_OBJECTS]]
+                       for st, names in r["carriers"].items() if names}
+            if carried or r["lost_at"]:
+                m["graphs"].append({"g": gi, "label": g["label"], "src": src_id(r), "stages": carried,
+                                    "lost_at": r["lost_at"], "lost_by": r["lost_by"][:MAX_LINE_OBJECTS]})
+    for file_marks in marks.values():  # a line another graph carries is that graph's, not a gap
+        for m in file_marks.values():
+            if m["last"]:
+                m["note"] = None
+    # The model's files first (the survival rows say whose a file is), the one with most carried lines first;
+    # then library and framework files.
+    carried = {p: sum(1 for m in lines.values() if m["last"]) for p, lines in marks.items()}
+    order = list(marks)
+    return {p: marks[p] for p in sorted(marks, key=lambda p: (p not in user_files, -carried[p], order.index(p)))}, user_files
+
+
+def _file_rows(model: dict[str, Any], marks: dict[str, dict[int, dict[str, Any]]], titles: dict[str, str]) -> list[Row]:
+    rows = []
+    for i, path in enumerate(marks):
+        lines = marks[path]
+        with_op = [m for m in lines.values() if m["last"] or any(gr["lost_at"] for gr in m["graphs"])]
+        survive = sum(1 for m in with_op if m["last"] == S.ARTIFACT)
+        furthest = {}
+        for m in with_op:
+            key = titles.get(m["last"], "never attached") if m["last"] else "never attached"
+            furthest[key] = furthest.get(key, 0) + 1
+        rows.append(Row([Link(Code(short_path(path)), f"src-{i}"), str(len(with_op)), str(survive),
+                         ", ".join(f"{k} {v}" for k, v in furthest.items() if k != titles.get(S.ARTIFACT))]))
+    return rows
+
+
+def _source_section(model: dict[str, Any], texts: dict[str, Any] | None) -> Section:
+    """The source files, the user's first: an index with each file's survival, and (HTML) each file line by line."""
+    titles = model["stage_titles"]
+    marks, user_files = _line_marks(model)
+    user = [p for p in marks if p in user_files]
+    library = [p for p in marks if p not in user_files]
+    sec = Section("The model's source, line by line", 2, attrs={"class": "intro sources"})
+    headers: list[Inline] = ["File", "Lines with an op", "Reach the artifact", "Furthest stage of the others"]
+    rows = _file_rows(model, marks, titles)
+    sec.blocks.append(Para(["Each file the trace names, the model's own first (the files of the code Dynamo "
+                            "compiled, and any file outside installed packages), then library and framework files. In HTML, open a file to see every line coloured "
+                            "by the last stage its provenance reached, and click a line to list its FX nodes, IR ops "
+                            "and kernels; the generated code below links each kernel back to its lines. "
+                            "(In Markdown: the tables only; write the report as .html for the views.)"]))
+    sec.blocks.append(Table(headers, rows[:len(user)]) if user else Para(["The trace names no file of the model's own."]))
+    if library:
+        sec.blocks.append(Section(f"Library and framework files ({len(library)})", 3,
+                                  [Table(headers, rows[len(user):])], collapsed=True))
+    code = _code_files(model)
+    if code:
+        sec.blocks.append(Section("Generated code", 3, [Table(["File", "Kernels", "With a provenance comment"], [
+            Row([Link(Code(short_path(c["path"])), f"code-{ci}"), str(len(c["spans"])),
+                 str(sum(1 for sp in c["spans"] if sp["commented"]))]) for ci, c in enumerate(code)])]))
+    if texts is not None:
+        sec.blocks.append(FileViews(_source_files(marks, user_files, texts, code), _code_views(code, texts, list(marks)),
+                                    titles))
+    return sec
+
+
+def _code_files(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per emitted file: its kernels (definition and call lines), each with what it came from."""
+    files: dict[str, dict[str, Any]] = {}
+    for gi, g in enumerate(model["graphs"]):
+        anchors = _anchors(g, gi)
+        art = g["stages"].get(S.ARTIFACT) or {}
+        ks = {o["name"]: o for o in (g["stages"].get(S.KERNEL_SPEC) or {}).get("objects", [])}
+        for o in art.get("objects", []) if art.get("observed") else []:
+            path = o.get("file")
+            if not isinstance(path, str) or o.get("kind") == "sdsc_op":
+                continue
+            k = ks.get(o["name"]) or {}
+            f = files.setdefault(path, {"path": path, "spans": []})
+            f["spans"].append({
+                "kernel": o["name"], "g": gi, "label": g["label"], "anchor": anchors.get(f"{S.ARTIFACT}:{o['name']}"),
+                "def_line": o.get("def_line"), "calls": o.get("call_lines") or [],
+                "commented": bool(o.get("provenance_comments")),
+                "ir": [[n, anchors.get(f"{S.IR_POST}:{n}") or anchors.get(f"{S.IR_PRE}:{n}")] for n in k.get("ops", [])],
+                "post": [[n, anchors.get(f"{S.POST_GRAD}:{n}")] for n in k.get("post_nodes", [])],
+                "sources": [[sr.get("file"), sr.get("line")] for sr in k.get("sources", [])],
+            })
+    return list(files.values())
+
+
+def _text_lines(ft: Any) -> tuple[list[Any], str, str | None]:
+    return (ft.lines, ft.status, ft.note) if ft is not None else ([], "missing", "the file was not read")
+
+
+def _source_files(marks: dict[str, dict[int, dict[str, Any]]], user_files: set[str], texts: dict[str, Any],
+                  code: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # A kernel's spans in the code view, by (graph, kernel name): where a line's kernels link to.
+    spans = {(sp["g"], sp["kernel"]): f"code-{ci}-{si}" for ci, c in enumerate(code) for si, sp in enumerate(c["spans"])}
+    out = []
+    for path, lines in marks.items():
+        text, status, note = _text_lines(texts.get(path))
+        for m in lines.values():
+            for gr in m["graphs"]:
+                gr["code"] = [[n, spans.get((gr["g"], n))] for n, _ in gr["stages"].get(S.KERNEL_SPEC, [])
+                              if spans.get((gr["g"], n))]
+        out.append({"path": path, "short": short_path(path), "user": path in user_files, "status": status, "note": note,
+                    "lines": text, "marks": {str(n): m for n, m in lines.items()}})
+    return out
+
+
+def _code_views(code: list[dict[str, Any]], texts: dict[str, Any], source_paths: list[str]) -> list[dict[str, Any]]:
+    index = {p: i for i, p in enumerate(source_paths)}
+    out = []
+    for c in code:
+        text, status, note = _text_lines(texts.get(c["path"]))
+        statements = python_spans(text) if c["path"].endswith(".py") and status == "ok" else None
+        spans = []
+        for sp in c["spans"]:
+            start = sp["def_line"] or (sp["calls"][0] if sp["calls"] else None)
+            end = span_end(text, start, statements) if sp["def_line"] and text else start
+            spans.append({**sp, "start": start, "end": end,
+                          "sources": [[index.get(f), f, ln] for f, ln in sp["sources"]]})
+        out.append({"path": c["path"], "short": short_path(c["path"]), "status": status, "note": note, "lines": text,
+                    "spans": spans})
+    return out
+
+
+# --- the run summary (a terminal's view) ---------------------------------------------------------
+
+
+def summary_lines(model: dict[str, Any]) -> list[str]:
+    """The short per-stage summary printed at the end of a run."""
+    titles = model["stage_titles"]
+    out = ["prov-trace summary:"]
+    for row in model["summary"]:
+        if row["hooks"] == 0 and not row["observed"]:
+            continue
+        if not row["observed"] and row.get("off_path"):
+            state = "off path"
+        elif row["resolved"] < row["hooks"] and not row["observed"]:
+            state = "NOT RESOLVED"
+        elif not row["observed"]:
+            state = "DID NOT FIRE"
+        else:
+            state = "fired"
+        line = (f"  {titles.get(row['stage'], row['stage']):<26} {state:<13} hooks {row['resolved']}/{row['hooks']} "
+                f"resolved, {row['fired']} events, {row['objects']} objects")
+        if row.get("boundary"):
+            line += f" (+{row['boundary']} placeholders and outputs)"
+        if row["errors"]:
+            line += f", {row['errors']} probe errors"
+        out.append(line)
+        if state == "off path":
+            out.append(f"      {row['off_path']}")
+        for u in row["unresolved"] if state != "off path" else []:
+            out.append(f"      unresolved: {u}")
+    tr = model["trace"]
+    if not tr["complete"]:
+        out.append(f"  trace is partial: {tr['problem']}")
+    # For a terminal: trace text (a stage name, a hook's reason) must not carry escape sequences.
+    return [clean(line) for line in out]
+
+
+# --- a diff ------------------------------------------------------------------------------------
+
+CHANGE_WORDS = {"down": "▼ dropped", "up": "▲ rose", "changed": "changed", "earlier": "▼ earlier", "later": "▲ later"}
+CHANGE_STATES = {"down": "none", "up": "all", "earlier": "none", "later": "all"}
+MAX_DIFF_NAMES = 200
+MAX_DIFF_EDGES = 200
+
+
+def _change(change: str) -> Tag:
+    return Tag(CHANGE_WORDS.get(change, change), CHANGE_STATES.get(change, ""))
+
+
+def diff_document(d: dict[str, Any]) -> Document:
+    titles = d["stage_titles"]
+
+    def t(st: str | None) -> str:
+        return titles.get(st, st) if st else "never attached"
+
+    blocks: list[Any] = [Table(None, [
+        Row(["A", join([Code(d["a"]["path"])] + ([] if d["a"]["complete"] else ["(partial)"]), " ")]),
+        Row(["B", join([Code(d["b"]["path"])] + ([] if d["b"]["complete"] else ["(partial)"]), " ")]),
+    ], cls="kv")]
+    n_fields = sum(len(g["fields"]) for g in d["graphs"])
+    lost = [r["graph"] for r in d["regressions"] if r.get("kind") == "graph"]
+    drops = len(d["regressions"]) - len(lost)
+    blocks.append(Para([f"{len(lost)} graph(s) of A missing from B, {drops} field population drop(s), "
+                        f"{n_fields} population change(s), {d['survival_earlier']} source line(s) whose provenance "
+                        "now ends at an earlier stage."]))
+    for g in d["graphs"]:
+        sec = Section(f"Graph {g['label']}", 2)
+        blocks.append(sec)
+        if g["in"] == "a":
+            sec.blocks.append(Para([Tag("▼ lost", "none"), ": only in A. B has no such graph (it compiled less, or "
+                                    "nothing), so every field A measured here is gone."]))
+            continue
+        if g["in"] == "b":
+            sec.blocks.append(Para(["Only in B."]))
+            continue
+        fields = Section("Field population", 3)
+        fields.blocks.append(Table(["Layer", "Field", "Stage", "A", "B", "Change"], [
+            Row([r["layer"], Code(r["field"]), t(r["stage"]), cell_sym(r["a"]), cell_sym(r["b"]), _change(r["change"])])
+            for r in g["fields"]]) if g["fields"] else Para(["No change."]))
+        objects = Section("Objects added and removed", 3)
+        objects.blocks.append(Table(["Stage", "A", "B", "Added", "Removed"], [
+            Row([t(st), str(o["a"]), str(o["b"]), _codes(o["added"], MAX_DIFF_NAMES), _codes(o["removed"], MAX_DIFF_NAMES)])
+            for st, o in g["objects"].items()]) if g["objects"] else Para(["No change."]))
+        sec.blocks += [fields, objects]
+        added, removed = g["edges"]["added"], g["edges"]["removed"]
+        if added or removed:
+            sec.blocks.append(Section("Lineage edges", 3, [
+                Para([f"{len(added)} added, {len(removed)} removed."]),
+                Table(["Change", "From", "To"],
+                      [Row(["added", Code(a), Code(b)]) for a, b in added[:MAX_DIFF_EDGES]]
+                      + [Row(["removed", Code(a), Code(b)]) for a, b in removed[:MAX_DIFF_EDGES]],
+                      more=max(0, len(added) - MAX_DIFF_EDGES) + max(0, len(removed) - MAX_DIFF_EDGES))]))
+        survival = Section("Source lines whose survival moved", 3)
+        survival.blocks.append(Table(
+            ["Line", "Source", "A: last attached", "B: last attached", "A: first lost", "B: first lost", "Change"], [
+                Row([Code(f"{basename(s['file'])}:{s['line']}"), Code(s["text"]), t(s["a"]["last_stage"]),
+                     t(s["b"]["last_stage"]), t(s["a"]["lost_at"]) if s["a"]["lost_at"] else "survives",
+                     t(s["b"]["lost_at"]) if s["b"]["lost_at"] else "survives", _change(s["change"])])
+                for s in g["survival"]]) if g["survival"] else Para(["No change."]))
+        sec.blocks.append(survival)
+    return Document("Provenance diff", blocks, kind="diff", page_title="Provenance diff")
+
+
+__all__ = ["Banner", "Bullets", "Code", "Document", "EMOJI", "GLYPHS", "Join", "LineageBlock", "Loc", "Matrix", "Para",
+           "Row", "Section", "Sym", "Table", "Tag", "cell_sym", "diff_document", "report_document", "short_path",
+           "src_id", "summary_lines", "symbol_text"]
