@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import types
@@ -28,9 +29,9 @@ from typing import Any
 import pytest
 
 from conftest import HAS_MONITORING, cli
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.probes import profiles, spyre
-from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
+from prov_trace.contract import ENTRY, RETURN, Hook, ProbeCall, Profile
 from prov_trace.tracer import drift
 
 THIS_FILE = os.path.abspath(__file__)
@@ -147,9 +148,9 @@ def stock(tmp_path_factory) -> dict[str, Any]:
 
     from prov_trace import runner
     from prov_trace.probes.context import inductor_context
-    from prov_trace.report.reader import read_trace
+    from prov_trace.stream.reader import read_trace
     from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     got: dict[str, Any] = {"define_kernel": [], "spyre_kernel": [], "triton_kernel": [], "triton_def": []}
 
@@ -292,6 +293,26 @@ def test_auto_without_a_model_picks_by_the_machine():
         assert prof.name == "inductor-triton" and "CUDA" in why
     else:
         assert prof.name == "inductor-cpu" and "no spyre or CUDA device" in why
+
+
+def test_auto_for_a_script_neither_imports_torch_nor_initialises_cuda():
+    # Choosing a script's profile must not cost the program anything it would not spend itself: without a
+    # GPU device node torch is not imported at all; with one, CUDA is never initialised (fork stays safe).
+    code = textwrap.dedent("""
+        import sys
+        from prov_trace.probes import profiles
+        prof, why = profiles.choose("auto", None)
+        torch = sys.modules.get("torch")
+        print(prof.name, "|", why, "|", torch is not None, "|", bool(torch) and torch.cuda.is_initialized())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    name, why, imported, initialised = (part.strip() for part in proc.stdout.strip().split("|"))
+    assert initialised == "False"
+    if profiles.gpu_device_nodes() is False and not profiles.spyre_installed():
+        assert (name, imported) == ("inductor-cpu", "False")
+        assert why == ("no spyre or CUDA device here (this machine has no GPU device node: no /dev/nvidia*, "
+                       "no /dev/kfd), so Inductor emits C++ kernels for the CPU")
 
 
 # --- the spyre profile is data -------------------------------------------------------------------
@@ -519,9 +540,9 @@ def test_spyre_profile_end_to_end_on_a_stand_in_package(stock, fake_spyre, tmp_p
     import importlib
 
     from prov_trace.report.model import build
-    from prov_trace.report.reader import read_trace
+    from prov_trace.stream.reader import read_trace
     from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     (nodes, _), = stock["define_kernel"]
     line = _relu_line()
@@ -563,8 +584,10 @@ def test_spyre_profile_end_to_end_on_a_stand_in_package(stock, fake_spyre, tmp_p
     assert any("type(self)" in n for n in hooks[(schema.PRE_GRAD, ENTRY)]["notes"])
     (g,) = model["graphs"]
     st = g["stages"]
-    assert len(st["pre_grad"]["objects"]) == len(stock["pre_gm"].graph.nodes)
-    assert len(st["post_grad"]["objects"]) == len(stock["post_gm"].graph.nodes)
+    for stage, gm in (("pre_grad", stock["pre_gm"]), ("post_grad", stock["post_gm"])):
+        fx_nodes = gm.graph.nodes
+        assert len(st[stage]["objects"]) == sum(1 for n in fx_nodes if n.op in ("call_function", "call_method", "call_module"))
+        assert len(st[stage]["objects"]) + len(st[stage]["boundary"]) == len(fx_nodes)
     assert len(st["ir_pre"]["objects"]) == len(stock["ops"]) and len(st["ir_post"]["objects"]) == len(stock["ops"]) - 1
     cells = {(r["layer"], r["field"]): r["cells"] for r in g["matrix"]}
     dh = cells[("Spyre", "debug_handle")]
@@ -609,7 +632,7 @@ def test_targets_command_checks_a_stock_profile_and_user_probes(tmp_path):
                   cwd=tmp_path)
     assert drifted.returncode == 1
     assert "drifted:" in drifted.stderr and "Scheduler.no_such" in drifted.stderr.split("drifted:")[1]
-    assert "8 ok, 1 drifted" in drifted.stdout
+    assert "14 ok, 1 drifted" in drifted.stdout
 
 
 def test_targets_for_spyre_without_torch_spyre_is_one_line(tmp_path):

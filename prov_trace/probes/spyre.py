@@ -27,9 +27,9 @@ import os
 import re
 from typing import Any
 
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.probes import fx, ir, kernels
-from prov_trace.probes.base import ProbeCall
+from prov_trace.contract import ProbeCall
 from prov_trace.probes.snapshot import (
     MAX_ITEMS,
     cut_str,
@@ -183,6 +183,7 @@ def snapshot_op_spec(spec: Any, ir_node: Any = None) -> dict[str, Any]:
     origins = sorted({o for op in ops for o in (op["fields"]["origins"]["value"] or [])})
     ir_name = ops[0]["name"] if ops else None
     return {
+        "shape": "spyre.op_spec",
         "kernel": f"{ir_name or '?'}:{safe_str(op_value, 200)}",
         "kind": "op_spec",
         "op": safe_str(op_value, 200),
@@ -203,16 +204,28 @@ def probe_op_spec(call: ProbeCall) -> dict[str, Any]:
 # --- SuperDSC -----------------------------------------------------------------------------
 
 
+#: torch-spyre names a kernel "<emitter>_<fused name>_<n>": sdsc (SuperDSC bundle) or, with TORCH_SPYRE_KTIR=1, ktir.
+EMITTERS = ("sdsc", "ktir")
+
+
+def emitter_of(kernel_name: Any) -> str | None:
+    """``"sdsc"`` or ``"ktir"``: which artifact torch-spyre emits for a kernel, read from its name."""
+    head = kernel_name.split("_", 1)[0] if isinstance(kernel_name, str) else None
+    return head if head in EMITTERS else None
+
+
 def probe_define_kernel(call: ProbeCall) -> dict[str, Any]:
-    """``SuperDSCScheduling.define_kernel`` at return: the kernel name and its nodes' origins."""
-    return {"superdsc_kernel": kernels.generated_kernel(call.retval, call.arg("node_schedule"))}
+    """``SuperDSCScheduling.define_kernel`` at return: the kernel name, its emitter, and its nodes' origins."""
+    return {"shape": "spyre.define_kernel",
+            "superdsc_kernel": kernels.generated_kernel(call.retval, call.arg("node_schedule")),
+            "emitter": emitter_of(call.retval)}
 
 
 def probe_output_dir(call: ProbeCall) -> dict[str, Any]:
     """``get_output_dir(kernel_name)`` at return: the exact directory that kernel's bundle is written to."""
     out = call.retval
     path = os.fspath(out) if isinstance(out, (str, os.PathLike)) else None
-    return {"kernel_name": safe_str(call.arg("kernel_name"), 400),
+    return {"shape": "spyre.output_dir", "kernel_name": safe_str(call.arg("kernel_name"), 400),
             "output_dir": path if isinstance(path, str) else None,
             **({} if isinstance(path, str) else {"error": f"get_output_dir returned a {type_name(out)}"})}
 
@@ -277,6 +290,12 @@ def read_bundle_dir(kernel_name: str | None, directory: str) -> dict[str, Any]:
         out["cut_files"] = len(names) - MAX_SDSC_FILES
         names = names[:MAX_SDSC_FILES]
     out["files"] = [read_sdsc_file(os.path.join(directory, n)) for n in names]
+    # KTIR mode (TORCH_SPYRE_KTIR=1) writes "<kernel>.ktir" in the same directory instead of sdsc_*.json
+    try:
+        out["ktir_files"] = sorted(n for n in os.listdir(directory) if n.endswith(".ktir"))[:MAX_SDSC_FILES]
+    except OSError:
+        out["ktir_files"] = []
+    out["emitter"] = "ktir" if out["ktir_files"] and not names else ("sdsc" if names else None)
     return out
 
 
@@ -302,6 +321,6 @@ def finish(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "target": TARGET_OUTPUT_DIR,
             "compile_id": cid,
             "graph": graph,
-            "payload": {"sdsc_bundles": [read_bundle_dir(k, d) for k, d in dirs]},
+            "payload": {"shape": "spyre.sdsc", "sdsc_bundles": [read_bundle_dir(k, d) for k, d in dirs]},
         })
     return out
