@@ -14,34 +14,33 @@ import runpy
 import sys
 import traceback
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from prov_trace.errors import UsageError
+from prov_trace.probes import source as source_probe
+from prov_trace.signals import Terminated
 
-class UsageError(Exception):
-    """Bad input from the user: one sentence saying what to do. Exit status 2."""
+
+# --- what to run ---------------------------------------------------------------------------
+
+MODEL, SCRIPT, MODULE = "model", "script", "module"
 
 
-class Terminated(BaseException):
-    """Raised in the main thread by prov-trace's SIGTERM handler: unwinds the traced program like Ctrl-C does.
-
-    A BaseException, so the program's ``except Exception`` does not swallow it.
-    """
-
-    def __init__(self, signum: int):
-        import signal
-
-        self.signum = signum
-        try:
-            self.name = signal.Signals(signum).name
-        except ValueError:
-            self.name = f"signal {signum}"
-        super().__init__(self.name)
-
-    @property
-    def exit_code(self) -> int:
-        """What a shell reports for a process the signal ended: 128 + the signal number."""
-        return 128 + self.signum
+def classify(target: str | None, module_name: str | None) -> str:
+    """Whether `target` names a model (``file.py:Attr``, ``module:Attr``), a script, or (with -m) a module."""
+    if module_name:
+        return MODULE
+    if target is None:
+        raise UsageError("nothing to run: give a model (file.py:Class), a script (file.py), or -m MODULE; see --help")
+    if ModelTarget.parse(target) is not None and not os.path.isfile(target):
+        return MODEL
+    if target.endswith(".py") or os.path.isfile(target):
+        return SCRIPT
+    if target.startswith("-"):
+        raise UsageError(f"'{target}' is not an option of prov-trace run: see prov-trace run --help")
+    raise UsageError(f"'{target}' is neither a model target (file.py:Class or module:Class) nor a Python script")
 
 
 # --- model targets -------------------------------------------------------------------
@@ -156,9 +155,55 @@ def example_inputs(model: Any, module: types.ModuleType, shape: str | None, dtyp
     )
 
 
+def check_arity(model: Any, inputs: tuple, origin: str, module_name: str) -> None:
+    """Before compiling: the model's forward must take as many inputs as it is given (UsageError, one sentence)."""
+    import inspect
+
+    fn = getattr(model, "forward", None)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    params = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in params if p.default is p.empty]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+    n = len(inputs)
+    if required and n < len(required) or (not varargs and n > len(params)):
+        names = ", ".join(p.name for p in required) or "no inputs"
+        want = len(required) if n < len(required) else len(params)
+        example = ", ".join("torch.randn(2, 8)" for _ in range(max(want, 1)))
+        raise UsageError(
+            f"{type(model).__name__}.forward takes {want} input{'s' if want != 1 else ''} ({names}), but {origin} gives "
+            f"{n}: define example_inputs() in {module_name} returning a tuple of {want}, e.g. "
+            f"`def example_inputs(): return ({example}{',' if want == 1 else ''})`")
+
+
+def describe(value: Any) -> str:
+    """An input as the run's log line shows it: a tensor's shape and dtype, else its type."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{tuple(shape)} {dtype}"
+    return type(value).__name__
+
+
+def model_device(model: Any, default: str) -> str:
+    """The device type the model's parameters (else buffers) live on."""
+    for tensors in (model.parameters(), model.buffers()):
+        for t in tensors:
+            return t.device.type
+    return default.split(":")[0]
+
+
 def defeat_caches() -> None:
-    """A cache hit skips lowering and codegen, so stages 4-7 would never fire."""
+    """A cache hit skips lowering and codegen, so stages 4-7 would never fire.
+
+    Defeating caches makes torch warn, on every run, that it turned its profile-guided
+    cache (dynamo_pgo) off as well: that warning is prov-trace's doing, not the program's,
+    so it is filtered, and only it.
+    """
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    warnings.filterwarnings("ignore", message="dynamo_pgo force disabled by torch.compiler.config.force_disable_caches",
+                            category=UserWarning)
     if "torch" in sys.modules:
         import torch
 
@@ -222,6 +267,38 @@ def _cut_tool_frames(tb: types.TracebackType | None, first_file: str) -> types.T
     return tb
 
 
+def module_file(name: str, *, as_main: bool = False) -> str | None:
+    """The file `name` would be imported (or run, with `as_main`) from, found without importing anything."""
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return None
+    for base in [os.getcwd(), *[p or os.getcwd() for p in sys.path if isinstance(p, str)]]:
+        stem = os.path.join(base, *parts)
+        for candidate in (stem + ".py", *((os.path.join(stem, "__main__.py"),) if as_main else ()),
+                          os.path.join(stem, "__init__.py")):
+            if os.path.isfile(candidate):
+                return os.path.abspath(candidate)
+    return None
+
+
+def input_files(kind: str, target: str | None, module_name: str | None) -> list[tuple[str, str]]:
+    """The files a run reads as its program, as (what, absolute path): the script, the model's file, the module."""
+    if kind == SCRIPT and target:
+        return [("script", os.path.abspath(target))]
+    if kind == MODULE and module_name:
+        path = module_file(module_name, as_main=True)
+        return [("module", path)] if path else []
+    if kind == MODEL and target:
+        mt = ModelTarget.parse(target)
+        if mt is None:
+            return []
+        if mt.module.endswith(".py") or os.sep in mt.module or "/" in mt.module:
+            return [("model file", os.path.abspath(mt.module))]
+        path = module_file(mt.module)
+        return [("model file", path)] if path else []
+    return []
+
+
 def module_exists(name: str) -> bool:
     """Whether `python -m name` would find something to run (from the current directory)."""
     added = os.getcwd() not in sys.path
@@ -236,14 +313,149 @@ def module_exists(name: str) -> bool:
             sys.path.remove(os.getcwd())
 
 
-def run_program(target: str, args: list[str], *, as_module: bool) -> ScriptResult:
-    """Run a script or `-m` module the way python would; return how it ended. Never raises for the program."""
-    old_argv, old_path0 = list(sys.argv), (sys.path[0] if sys.path else None)
+def _path0(target: str, as_module: bool) -> str | None:
+    """What python puts first on sys.path for this program: None under -P, PYTHONSAFEPATH or -I."""
+    if sys.flags.safe_path or sys.flags.isolated:
+        return None
+    if as_module:
+        return os.getcwd()
+    return os.path.dirname(os.path.realpath(os.path.abspath(target)))
+
+
+def _report_uncaught(exc: BaseException, first_file: str) -> None:
+    """Report an uncaught exception the way python does: through ``sys.excepthook``.
+
+    The tool's frames are cut from the traceback first (from the exception's own
+    ``__traceback__`` too: the default hook prints that one). A hook that itself raises
+    gets python's "Error in sys.excepthook" report, then the original exception.
+    """
+    tb = _cut_tool_frames(exc.__traceback__, first_file)
+    exc.__traceback__ = tb
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except SystemExit:
+        raise
+    except BaseException as hook_exc:  # noqa: BLE001 - as python reports a failing excepthook
+        hook_exc.__suppress_context__ = True
+        hook_tb = hook_exc.__traceback__.tb_next if hook_exc.__traceback__ is not None else None
+        hook_exc.__traceback__ = hook_tb
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_exc), hook_exc, hook_tb)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(exc), exc, tb)
+    finally:
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+#: Measures, from a module frame, how many nested calls it can make before RecursionError.
+_HEADROOM = compile("def _down(n):\n    try:\n        return _down(n + 1)\n    except RecursionError:\n        return n\n"
+                    "headroom = _down(0)\n", "<prov-trace: recursion headroom>", "exec")
+
+
+def _recursion_lift(as_module: bool) -> int:
+    """How many levels of recursion prov-trace's own frames (the command line, click, the API) take from the
+    program: what python gives its first frame less what it gets from here. Called from the frame that runs
+    the program (a script's exec, or the -m path, two runpy frames below the exec).
+
+    From 3.12 the limit counts Python frames only: the frames below are counted (a script's module frame
+    is the first under python; a -m module's has runpy's two below it, as ours does). Before 3.12 it also
+    counts C-level entries into the interpreter (an exec, a class's __call__), so the headroom is measured
+    where no trace or profile function is set (a RecursionError inside one would switch it off): a module
+    frame exec'd from here recurses to the limit, against the L - 2 levels python gives a script's module
+    frame (a -m module's: two runpy frames and its exec less). Under a trace function the Python frames are
+    counted there too, which misses those few C-level entries.
+    """
+    frames, f = 0, sys._getframe(1)
+    while f is not None:
+        frames, f = frames + 1, f.f_back
+    if sys.version_info >= (3, 12) or sys.gettrace() is not None or sys.getprofile() is not None:
+        return frames
+    limit = sys.getrecursionlimit()
+    runpy_frames = 2 if as_module else 0  # _run_module_code and _run_code, between this caller and the exec
+    ns: dict[str, Any] = {}
+    exec(_HEADROOM, ns)
+    here = ns["headroom"] + 1 - runpy_frames  # +1: this function's frame, which the program's exec won't have
+    python = limit - 2 - (3 if as_module else 0)
+    return max(0, python - here)
+
+
+class _LiftedRecursionLimit:
+    """Raise the recursion limit by `lift` while the program runs; put it back unless the program changed it."""
+
+    def __init__(self, lift: int):
+        self.lift = lift
+        self.limit = sys.getrecursionlimit()
+
+    def __enter__(self) -> None:
+        if self.lift:
+            sys.setrecursionlimit(self.limit + self.lift)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.lift and sys.getrecursionlimit() == self.limit + self.lift:
+            sys.setrecursionlimit(self.limit)
+
+
+def _run_module_as_main(name: str, on_main: Callable[[types.ModuleType | None, types.CodeType], None] | None) -> None:
+    """``runpy.run_module(name, run_name="__main__", alter_sys=True)``, with `on_main` told the code it runs.
+
+    runpy reads the module's code and runs it in one call; its two steps (kept since Python 3.4) are
+    used where they exist, so the code object announced is the one that runs.
+    """
+    details = getattr(runpy, "_get_module_details", None)
+    run_code = getattr(runpy, "_run_module_code", None)
+    if details is None or run_code is None:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        return
+    mod_name, spec, code = details(name)
+    origin = getattr(spec, "origin", None)
+    known = isinstance(origin, str) and _remember_program(origin)
+    try:
+        if on_main is not None:
+            on_main(None, code)
+        with _LiftedRecursionLimit(_recursion_lift(as_module=True)):
+            run_code(code, None, "__main__", spec)
+    finally:
+        if known:
+            source_probe.forget_program(origin)
+
+
+def _remember_program(path: str, source: bytes | None = None) -> bool:
+    """Keep the program's source text for the source stage, read once now (the program may delete its file)."""
+    try:
+        if source is None:
+            with open(path, "rb") as f:
+                source = f.read()
+        source_probe.remember_program(path, importlib.util.decode_source(source))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    return True
+
+
+def run_program(target: str, args: list[str], *, as_module: bool,
+                on_main: Callable[[types.ModuleType | None, types.CodeType], None] | None = None) -> ScriptResult:
+    """Run a script or `-m` module the way python would; return how it ended. Never raises for the program.
+
+    As python does (and coverage.py's execfile): ``sys.argv`` is the program's; ``sys.path[0]``
+    (which python set for prov-trace itself) is replaced by the script's directory, or the current
+    directory for a module, and left alone under ``-P``/``PYTHONSAFEPATH``/``-I``; an uncaught
+    exception goes through ``sys.excepthook``; the working directory is what the program left; the
+    recursion depth left to it is what python gives it.
+
+    `on_main(module, code)` is called just before the program's code runs as ``__main__`` (the module is
+    None for ``-m``, where runpy makes it), so a tracer can watch the functions that code defines.
+    """
+    old_argv = list(sys.argv)
+    old_path0 = sys.path[0] if sys.path else None
+    path0 = _path0(target, as_module)
     main_mod = sys.modules.get("__main__")
     try:
         if as_module:
             sys.argv = [target, *args]
-            sys.path.insert(0, os.getcwd())
+            if path0 is not None:
+                _set_path0(path0)
             first_file = ""
             try:
                 spec = importlib.util.find_spec(target)
@@ -251,21 +463,23 @@ def run_program(target: str, args: list[str], *, as_module: bool) -> ScriptResul
                 spec = None
             if spec is None:
                 raise UsageError(f"no module named {target}: check the name, or run from the directory that holds it")
-            runner = lambda: runpy.run_module(target, run_name="__main__", alter_sys=True)  # noqa: E731
+            runner = lambda: _run_module_as_main(target, on_main)  # noqa: E731
         else:
             path = os.path.abspath(target)
             if not os.path.isfile(path):
                 raise UsageError(f"there is no file {target}: give the path to a Python script")
             first_file = path
             sys.argv = [target, *args]
-            sys.path.insert(0, os.path.dirname(path))
+            if path0 is not None:
+                _set_path0(path0)
             with open(path, "rb") as f:
                 source = f.read()
             try:
                 code = compile(source, path, "exec", dont_inherit=True)
             except SyntaxError as exc:
-                traceback.print_exception(type(exc), exc, None)
+                _report_uncaught(exc, first_file)
                 return ScriptResult(1, "exception", f"SyntaxError: {exc}")
+            known = _remember_program(path, source)
             module = types.ModuleType("__main__")
             module.__file__ = path
             module.__builtins__ = __builtins__  # type: ignore[attr-defined]
@@ -274,28 +488,44 @@ def run_program(target: str, args: list[str], *, as_module: bool) -> ScriptResul
             sys.modules["__main__"] = module
 
             def runner() -> None:
-                exec(code, module.__dict__)
+                try:
+                    if on_main is not None:
+                        on_main(module, code)
+                    with _LiftedRecursionLimit(_recursion_lift(as_module=False)):
+                        exec(code, module.__dict__)
+                finally:
+                    if known:
+                        source_probe.forget_program(path)
 
         try:
-            runner()
-        except SystemExit as exc:
+            try:
+                runner()
+            except (SystemExit, Terminated):
+                raise
+            except KeyboardInterrupt as exc:
+                _report_uncaught(exc, first_file)
+                return ScriptResult(130, "interrupted", "KeyboardInterrupt")
+            except BaseException as exc:  # noqa: BLE001 - the program's own exception, reported as python would
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                _report_uncaught(exc, first_file)
+                return ScriptResult(1, "exception", detail)
+        except SystemExit as exc:  # from the program, or from its excepthook
             code_ = _exit_code(exc.code)
             return ScriptResult(code_, "exit", f"SystemExit({exc.code!r})")
         except Terminated as exc:  # prov-trace's SIGTERM handler: stop cleanly, no traceback (python prints none)
             return ScriptResult(exc.exit_code, "signal", exc.name)
-        except KeyboardInterrupt as exc:
-            traceback.print_exception(type(exc), exc, _cut_tool_frames(exc.__traceback__, first_file))
-            return ScriptResult(130, "interrupted", "KeyboardInterrupt")
-        except BaseException as exc:  # noqa: BLE001 - the program's own exception, reported as python would
-            traceback.print_exception(type(exc), exc, _cut_tool_frames(exc.__traceback__, first_file))
-            return ScriptResult(1, "exception", "".join(traceback.format_exception_only(type(exc), exc)).strip())
         return ScriptResult(0, "ok")
     finally:
         sys.argv = old_argv
-        if old_path0 is not None and sys.path and sys.path[0] != old_path0:
-            try:
-                sys.path.remove(sys.path[0])
-            except ValueError:
-                pass
+        if path0 is not None and old_path0 is not None and sys.path and sys.path[0] == path0:
+            sys.path[0] = old_path0
         if main_mod is not None:
             sys.modules["__main__"] = main_mod
+
+
+def _set_path0(path0: str) -> None:
+    """Put the program's directory where python puts it: in place of sys.path[0], not before it."""
+    if sys.path:
+        sys.path[0] = path0
+    else:
+        sys.path.insert(0, path0)

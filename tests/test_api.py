@@ -1,0 +1,237 @@
+"""The Python API (issue 15): `prov_trace.trace()`, `start()`/`stop()`, `load()` and the Report, on real compiles.
+
+The MLP is compiled twice in this process, once untraced and once under
+``prov_trace.trace()``: the outputs must be bitwise equal, and the report's matrix
+is asserted on cells the report model's counting does not change (IR origins,
+kernel-spec origins, IR traceback) plus invariants read from the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+import torch
+
+import prov_trace
+from prov_trace import api
+from prov_trace.report.check import RuleError
+from prov_trace.runner import defeat_caches
+from prov_trace.stream.reader import read_trace
+
+HAS_MONITORING = hasattr(sys, "monitoring")
+
+
+def _mlp():
+    import importlib.util
+
+    from conftest import EXAMPLES
+
+    spec = importlib.util.spec_from_file_location("reference_mlp", EXAMPLES / "reference_mlp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    return mod.SimpleMLP().eval()
+
+
+def _compile_once(model, x):
+    torch._dynamo.reset()
+    with torch.no_grad():
+        return torch.compile(model)(x)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """(untraced output, traced output, the tracer, its report): one MLP compile each way."""
+    defeat_caches()
+    model = _mlp()
+    x = torch.randn(2, 128, generator=torch.Generator().manual_seed(3))
+    plain = _compile_once(model, x)
+    path = tmp_path_factory.mktemp("api") / "mlp.msgpack"
+    with prov_trace.trace(path) as t:
+        out = _compile_once(model, x)
+    return plain, out, t, t.report()
+
+
+def test_the_api_does_not_change_what_the_code_computes(traced):
+    plain, out, _, _ = traced
+    assert plain.dtype == out.dtype and plain.shape == out.shape
+    assert torch.equal(plain, out)
+    assert plain.numpy().tobytes() == out.numpy().tobytes()
+
+
+def test_matrix_values_on_a_real_compile(traced):
+    _, _, t, report = traced
+    assert t.ended == {"outcome": "ok", "detail": None, "records": t.records}
+    assert report.partial is None and report.graphs == ["0/0 inference"]
+    m = report.matrix("0/0 inference")
+    assert report.matrix()["0/0 inference"] == m
+    # Cells the report model's counting leaves alone: three IR ops, three kernels.
+    assert m["origins"]["ir_pre"] == {"state": "all", "n": 3, "total": 3}
+    assert m["origins"]["kernel_spec"] == {"state": "all", "n": 3, "total": 3}
+    assert m["traceback"]["ir_pre"] == {"state": "none", "n": 0, "total": 3}
+    # FX cells: whatever the count, stack_trace can't be on more objects at post-grad than there are.
+    cell = m["stack_trace"]["post_grad"]
+    assert 0 < cell["n"] <= cell["total"] and cell["state"] in ("all", "some")
+    # Plain data all the way down.
+    assert json.loads(json.dumps(report.matrix())) == report.matrix()
+    with pytest.raises(KeyError, match="there is no graph '1/0 forward': the graphs are 0/0 inference"):
+        report.matrix("1/0 forward")
+
+
+def test_renderers_and_load_agree(traced):
+    _, _, t, report = traced
+    again = prov_trace.load(t.path)
+    assert again.matrix() == report.matrix()
+    md, page, data = report.to_markdown(), report.to_html(), json.loads(report.to_json())
+    assert md.startswith("#") and "Stage × Field" in md
+    assert page.startswith("<!DOCTYPE html>")
+    assert [g["label"] for g in data["graphs"]] == ["0/0 inference"]
+    assert "prov-trace summary:" in report.summary_lines()[0]
+
+
+def test_check_and_diff(traced):
+    _, _, t, report = traced
+    cell = report.matrix("0/0 inference")["stack_trace"]["post_grad"]
+    ok = report.check("ir_pre:origins=all", "kernel_spec:origins=all", "ir_pre:traceback=none")
+    assert ok.ok and bool(ok) and ok.failures == []
+    bad = report.check("ir_pre:traceback=any", "ir_pre:origins=all")
+    assert not bad.ok
+    assert bad.failures == [{"rule": "ir_pre:traceback=any", "graph": "0/0 inference", "stage": "ir_pre",
+                             "state": "none", "n": 0, "total": 3, "why": "0/3 populated (0%)"}]
+    assert "FAIL  ir_pre:traceback=any" in str(bad)
+    above = report.check(f"post_grad:stack_trace>={cell['n'] / cell['total']}")
+    assert above.ok
+    # A rule that doesn't parse: one sentence, and the trace is untouched.
+    size = t.bytes
+    with pytest.raises(RuleError) as info:
+        report.check("post_grad stack_trace >= half")
+    assert str(info.value).startswith("cannot read the rule 'post_grad stack_trace >= half': write STAGE:FIELD=LEVEL")
+    assert not re.search(r"\w\. [A-Z]", str(info.value)) and "\n" not in str(info.value)  # one sentence
+    assert read_trace(t.path).complete and t.bytes == size
+    d = report.diff(prov_trace.load(t.path))
+    assert d["regressions"] == []
+
+
+def test_repr_html_is_a_sandboxed_self_contained_frame(traced):
+    _, _, _, report = traced
+    frame = report._repr_html_()
+    assert frame.startswith('<iframe class="prov-trace-report"') and frame.endswith("></iframe>")
+    m = re.fullmatch(r'<iframe ([^>]*?) srcdoc="([^"]*)"></iframe>', frame, re.S)
+    assert m, frame[:300]
+    attrs, srcdoc = m.groups()
+    assert 'sandbox="allow-scripts"' in attrs and "allow-same-origin" not in attrs
+    import html
+
+    assert html.unescape(srcdoc) == report.to_html()
+    # Nothing outside the frame: no style, script or link that could reach the notebook's page.
+    assert not re.search(r"<(style|script|link)\b", attrs)
+    assert "default-src 'none'" in html.unescape(srcdoc)
+    assert repr(report) == "<prov-trace Report: 1 graph(s) ['0/0 inference'], complete>"
+
+
+def test_nesting_and_starting_twice_are_clear_errors(tmp_path):
+    with prov_trace.trace(tmp_path / "a.msgpack") as outer:
+        with pytest.raises(prov_trace.UsageError, match=r"^a trace is already running in this process \(writing .*a\.msgpack\): "
+                                                        r"stop it before starting another$"):
+            with prov_trace.trace(tmp_path / "b.msgpack"):
+                pass
+        with pytest.raises(prov_trace.UsageError, match="^a trace is already running"):
+            outer.start()
+        with pytest.raises(prov_trace.UsageError, match="^a trace is already running"):
+            prov_trace.start(tmp_path / "c.msgpack")
+    assert not (tmp_path / "b.msgpack").exists() and not (tmp_path / "c.msgpack").exists()
+    assert read_trace(outer.path).complete
+    with pytest.raises(prov_trace.UsageError, match="^this tracer has already run: make a new one to trace again$"):
+        outer.start()
+    with pytest.raises(prov_trace.UsageError, match="^no trace is running in this process: call prov_trace.start"):
+        prov_trace.stop()
+    with pytest.raises(prov_trace.UsageError, match="^this tracer was never started"):
+        prov_trace.trace().stop()
+
+
+def test_start_and_stop(tmp_path):
+    t = prov_trace.start(tmp_path / "s.msgpack")
+    assert t.active
+    report = prov_trace.stop()
+    assert not t.active and report.partial is None and report.graphs == []
+    assert t.ended["outcome"] == "ok"
+
+
+TINY_CALLS = []
+
+
+@pytest.mark.compile
+def test_an_exception_in_the_body_leaves_a_complete_readable_trace(tmp_path):
+    defeat_caches()
+
+    @torch.compile
+    def tiny(x):
+        return torch.relu(x) + 1
+
+    with pytest.raises(ValueError, match="after the compile"):
+        with prov_trace.trace(tmp_path / "e.msgpack") as t:
+            torch._dynamo.reset()
+            with torch.no_grad():
+                tiny(torch.ones(4))
+            raise ValueError("after the compile")
+    assert not t.active
+    trace = read_trace(tmp_path / "e.msgpack")
+    assert trace.complete and trace.problem is None
+    assert trace.end["outcome"] == "exception" and trace.end["detail"] == "ValueError: after the compile"
+    report = t.report()
+    assert report.partial is None and report.graphs == ["0/0 inference"]
+    assert report.check("kernel_spec:origins=all").ok
+    # The next trace starts cleanly: the failed body left no tracer running.
+    with prov_trace.trace(tmp_path / "next.msgpack"):
+        pass
+
+
+@pytest.mark.skipif(HAS_MONITORING, reason="sys.monitoring exists on this Python (3.12+)")
+def test_monitoring_on_311_is_one_sentence_and_writes_nothing(tmp_path):
+    earlier = tmp_path / "earlier.msgpack"
+    earlier.write_bytes(b"an earlier trace")
+    with pytest.raises(prov_trace.UsageError) as info:
+        prov_trace.trace(earlier, backend="monitoring")
+    v = sys.version_info
+    assert str(info.value) == (f"the monitoring backend can't run here: sys.monitoring isn't available in Python "
+                               f"{v.major}.{v.minor} (it needs 3.12+); use backend auto, which takes the best one available")
+    assert earlier.read_bytes() == b"an earlier trace"
+
+
+@pytest.mark.skipif(not HAS_MONITORING, reason="needs sys.monitoring (3.12+)")
+def test_monitoring_with_every_tool_id_held_names_the_holders(tmp_path):
+    mon = sys.monitoring
+    free = [i for i in (3, 4) if mon.get_tool(i) is None]
+    if len(free) < 2:
+        pytest.skip(f"tool ids 3 and 4 are not both free here: {[mon.get_tool(i) for i in (3, 4)]}")
+    earlier = tmp_path / "earlier.msgpack"
+    earlier.write_bytes(b"an earlier trace")
+    mon.use_tool_id(4, "other-profiler")
+    mon.use_tool_id(3, "my-debugger")
+    try:
+        with pytest.raises(prov_trace.UsageError) as info:
+            prov_trace.trace(earlier, backend="monitoring")
+        assert str(info.value) == ("the monitoring backend can't run here: sys.monitoring tool ids 4 (held by "
+                                   "'other-profiler'), 3 (held by 'my-debugger') are taken; use backend auto, which "
+                                   "falls back to inject")
+        # auto falls back, and says why, naming the holders.
+        said = []
+        with prov_trace.trace(tmp_path / "auto.msgpack", log=said.append) as t:
+            pass
+        assert read_trace(t.path).header["backend"] == "inject"
+        assert any("4 (other-profiler), 3 (my-debugger)" in m for m in said), said
+    finally:
+        mon.free_tool_id(4)
+        mon.free_tool_id(3)
+    assert earlier.read_bytes() == b"an earlier trace"
+
+
+def test_unknown_backend_and_profile(tmp_path):
+    with pytest.raises(prov_trace.UsageError, match="^there is no backend named 'fast': choose one of auto, monitoring, inject, settrace$"):
+        prov_trace.trace(tmp_path / "x.msgpack", backend="fast")
+    with pytest.raises(prov_trace.UsageError, match="^there is no profile named 'tpu'"):
+        prov_trace.trace(tmp_path / "x.msgpack", profile="tpu").start()
+    assert api._active is None

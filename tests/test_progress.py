@@ -1,0 +1,158 @@
+"""Live progress of a traced compile (issue 15): each stage as it fires, on stderr.
+
+On a terminal (a real pseudo-terminal here) one line is rewritten in place; elsewhere
+plain lines, at most one per stage per graph; ``--quiet`` silences it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from conftest import REPO
+from prov_trace.progress import Progress, payload_objects
+from prov_trace.stream import schema
+
+PROGRESS = re.compile(r"prov-trace: \[(?P<graph>[^\]]+)\] (?P<title>[^:]+): (?P<n>\d+) objects? so far, (?P<t>[\d.]+) s")
+TITLES = {v: k for k, v in schema.STAGE_TITLES.items()}
+
+
+def _rec(stage, payload, cid="0/0", graph="inference"):
+    return {"stage": stage, "compile_id": cid, "graph": graph, "payload": payload}
+
+
+def test_plain_lines_at_most_one_per_stage_per_graph():
+    out = io.StringIO()
+    clock = iter(range(100))
+    p = Progress(out, tty=False, clock=lambda: float(next(clock)))
+    p(_rec("post_grad", {"node_count": 11, "nodes": []}))
+    p(_rec("kernel_spec", {"kernel": "k0", "ops": [1, 2]}))
+    p(_rec("kernel_spec", {"kernel": "k1", "ops": [1]}))
+    p(_rec("post_grad", {"node_count": 19}, graph="backward"))
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "prov-trace: [0/0 inference] FX post-grad: 11 objects so far, 1.0 s",
+        "prov-trace: [0/0 inference] Kernel spec: 1 object so far, 2.0 s",
+        "prov-trace: [0/0 backward] FX post-grad: 19 objects so far, 3.0 s",
+    ]
+    assert p.counts[("0/0 inference", "kernel_spec")] == 2
+
+
+def test_a_terminal_gets_one_line_rewritten():
+    out = io.StringIO()
+    p = Progress(out, tty=True, clock=lambda: 0.0)
+    p(_rec("ir_pre", {"op_count": 3}))
+    p(_rec("kernel_spec", {"kernel": "k0"}))
+    p(_rec("kernel_spec", {"kernel": "k1"}))
+    p.close()
+    text = out.getvalue()
+    assert "\n" not in text
+    assert text.count("\r\x1b[K") == 4 and text.endswith("\r\x1b[K")
+    assert "Kernel spec: 2 objects so far" in text
+
+
+def test_object_counts_from_payloads():
+    assert payload_objects("source", {"lines": [1, 2, 3, 4]}) == 4
+    assert payload_objects("post_grad", {"node_count": 11, "nodes": [1]}) == 11
+    assert payload_objects("ir_post", {"op_count": 3, "ops": []}) == 3
+    assert payload_objects("kernel_spec", {"kernel": "cpp_fused_relu_0", "ops": [1, 2]}) == 1
+    assert payload_objects("artifact", {"path": "x.py", "kernels": [1, 2]}) == 2
+    assert payload_objects("fusion", {"args": {}}) == 1
+    assert payload_objects("fusion", None) == 1
+
+
+def test_a_broken_stderr_does_not_reach_the_traced_code():
+    class Broken(io.StringIO):
+        def write(self, s):
+            raise OSError("stderr is gone")
+
+    p = Progress(Broken(), tty=True)
+    p(_rec("post_grad", {"node_count": 1}))
+    p.close()
+
+
+def _stage_lines(stderr: str) -> list[re.Match]:
+    return [m for m in map(PROGRESS.fullmatch, stderr.splitlines()) if m]
+
+
+def test_no_terminal_plain_lines_in_a_real_run(mlp_run):
+    """`prov-trace run` of the MLP with stderr a pipe: each stage of the graph once, with its objects."""
+    lines = _stage_lines(mlp_run.proc.stderr)
+    keys = [(m["graph"].split()[0], m["title"]) for m in lines]
+    assert len(keys) == len(set(keys)), keys  # never more than one per stage per graph
+    titles = [m["title"] for m in lines]
+    # Every stage a torch.compile reaches (the export graph is torch.export's).
+    assert titles == [schema.STAGE_TITLES[s] for s in schema.STAGES if s != schema.EXPORT_GRAPH], titles
+    counts = {TITLES[m["title"]]: int(m["n"]) for m in lines}
+    assert counts["ir_pre"] == 3 and counts["post_grad"] > 0 and counts["source"] > 0
+    assert "\r" not in mlp_run.proc.stderr and "\x1b" not in mlp_run.proc.stderr
+    times = [float(m["t"]) for m in lines]
+    assert times == sorted(times)
+
+
+TINY = """\
+import torch
+
+@torch.compile
+def tiny(x):
+    return torch.relu(x) + 1
+
+with torch.no_grad():
+    print("result", tiny(torch.ones(4)).sum().item())
+"""
+
+
+def _run_on_a_pty(tmp_path, *opts: str) -> tuple[int, str, str]:
+    """`prov-trace run tiny.py` with stderr on a pseudo-terminal; (status, stdout, what the terminal got)."""
+    (tmp_path / "tiny.py").write_text(TINY)
+    master, slave = os.openpty()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "COLUMNS": "200",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "prov_trace", "run", *opts, "-o", "t.msgpack", "--no-report", "tiny.py"],
+                            cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    stdout, _ = proc.communicate(timeout=600)
+    reader.join(timeout=30)
+    os.close(master)
+    return proc.returncode, stdout.decode(), b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.compile
+def test_a_terminal_sees_each_stage_on_one_line_and_quiet_silences_it(tmp_path):
+    (tmp_path / "loud").mkdir()
+    code, stdout, term = _run_on_a_pty(tmp_path / "loud")
+    assert code == 0 and "result 8.0" in stdout, term[-3000:]
+    updates = [u for u in term.split("\r\x1b[K") if u.startswith("prov-trace: [")]
+    # Every stage showed up as it fired, each update rewriting the same line: none ends its line ...
+    shown = {PROGRESS.match(u)["title"] for u in updates}
+    assert shown == set(schema.STAGE_TITLES.values()) - {"Export graph"}, updates  # a torch.compile, no export
+    assert not re.search(r"so far, [\d.]+ s\r?\n", term), term[-3000:]
+    # ... and the line is cleared before prov-trace's next message, which starts on a clean line.
+    assert "\r\x1b[Kprov-trace: trace written to t.msgpack" in term, term[-3000:]
+
+    (tmp_path / "quiet").mkdir()
+    code, stdout, term = _run_on_a_pty(tmp_path / "quiet", "--quiet")
+    assert code == 0 and "result 8.0" in stdout
+    assert "so far" not in term and "\x1b[K" not in term
+    assert "prov-trace: trace written to t.msgpack" in term
