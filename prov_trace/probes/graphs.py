@@ -1,0 +1,147 @@
+"""Probes of the graphs every backend and torch.export have, and of AOTInductor's C++ output.
+
+- The Dynamo graph: the FX GraphModule Dynamo hands to whatever backend (`inductor`, `aot_eager`, a
+  user's function), with the backend's name and the input shapes (symbolic sizes read ``s77``).
+- AOT autograd's forward, inference and backward graphs, for any aot_autograd backend.
+- torch.export: the user's module's forward as the source, the exported program's graph.
+- AOTInductor: the C++ wrapper and kernel files `AotCodeCompiler.compile` wrote, scanned for the
+  provenance comments (``//``) Inductor writes above each kernel call, as in the Python wrapper (``#``).
+
+Pure functions of what they are handed, bounded through `snapshot.py`, like the other probe modules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from prov_trace.contract import ProbeCall
+from prov_trace.probes import fx, source
+from prov_trace.probes.snapshot import cut_str, safe_str
+from prov_trace.probes.artifact import with_provenance_comments
+
+#: Placeholders listed per graph in the Dynamo graph's `inputs`.
+MAX_INPUTS = 256
+
+
+def backend_name(output_graph: Any) -> str | None:
+    """The backend of this compile: torch.compile wraps it in a debug wrapper whose ``__name__`` is the
+    registered name (``inductor``, ``aot_eager``, ``eager``) or the user's function's name."""
+    fn = getattr(output_graph, "compiler_fn", None)
+    if fn is None:
+        return None
+    name = getattr(fn, "__name__", None) or getattr(fn, "compiler_name", None)
+    return safe_str(name, 200) if name is not None else safe_str(type(fn).__qualname__, 200)
+
+
+def input_shapes(gm: Any) -> list[str]:
+    """Each placeholder's example value's shape as text; a symbolic size reads as its symbol (``s77``)."""
+    out = []
+    for node in getattr(gm, "graph", gm).nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("example_value", node.meta.get("val"))
+        shape = getattr(val, "shape", None)
+        out.append(cut_str(f"{node.name}: {tuple(str(s) for s in shape)}" if shape is not None
+                           else f"{node.name}: {type(val).__name__}", 2000))
+        if len(out) >= MAX_INPUTS:
+            break
+    return out
+
+
+def probe_dynamo_graph(call: ProbeCall) -> dict:
+    gm = call.arg("gm")
+    return {**fx.snapshot_graph(gm), "backend": backend_name(call.arg("self")), "inputs": input_shapes(gm)}
+
+
+def probe_aot_forward(call: ProbeCall) -> dict:
+    return {**fx.snapshot_graph(call.arg("fw_module")), "is_inference": bool(call.arg("is_inference"))}
+
+
+def probe_aot_backward(call: ProbeCall) -> dict:
+    return {**fx.snapshot_graph(call.arg("bw_module")), "is_inference": False}
+
+
+# --- torch.export ---------------------------------------------------------------------------------
+
+
+def probe_export_source(call: ProbeCall) -> dict:
+    """`_export` returned: the user's module's forward is the source of what was exported."""
+    mod = call.arg("mod")
+    code = getattr(getattr(type(mod), "forward", None), "__code__", None)
+    if code is None:
+        return {"error": f"{type(mod).__name__} has no forward code"}
+    return source.snapshot_code(code)
+
+
+def probe_export_graph(call: ProbeCall) -> dict:
+    gm = getattr(call.retval, "graph_module", None)
+    if gm is None:
+        return {"error": "torch.export returned no graph_module"}
+    return {**fx.snapshot_graph(gm), "inputs": input_shapes(gm)}
+
+
+# --- AOTInductor's C++ -----------------------------------------------------------------------------
+
+_CPP_DEF_RE = re.compile(r'^extern "C"\s+\S+\s+(?P<name>cpp_fused_\w+|cpp_\w+_kernel\w*)\((?P<args>[^)]*)\)\s*(?P<end>;|\{|$)')
+#: Kernels are the generated cpp_fused_* functions and the C shim's per-device ops, aoti_torch_<device>_<op>
+#: (aoti_torch_cpu_addmm_out); other aoti_torch_* calls allocate, view or set modes (aoti_torch_empty_strided,
+#: aoti_torch_grad_mode_set_enabled) and are not kernels.
+_CPP_CALL_RE = re.compile(r"^\s+(?:AOTI_TORCH_ERROR_CODE_CHECK\()?(?P<name>aoti_torch_(?:cpu|cuda|xpu|mps)_\w+|cpp_fused_\w+)\(")
+
+
+def _cpp_comments_above(lines: list[str], i: int) -> list[str]:
+    """The ``//`` lines above line i, skipping the ``static constexpr`` size arrays AOTI writes between."""
+    out = []
+    j = i - 1
+    while j >= 0 and (lines[j].lstrip().startswith("//") or lines[j].lstrip().startswith("static constexpr")):
+        if lines[j].lstrip().startswith("//"):
+            out.append(cut_str(lines[j].strip(), 2000))
+        j -= 1
+    out.reverse()
+    return out
+
+
+def scan_cpp_source(text: str) -> list[dict[str, Any]]:
+    """Each kernel a C++ file defines (``extern "C" ... cpp_fused_*``) or calls (``cpp_fused_*``,
+    ``aoti_torch_<device>_*``), with the comment lines above it: the artifact payload's ``kernels``."""
+    lines = text.splitlines()
+    kernels: dict[str, dict[str, Any]] = {}
+    for i, line in enumerate(lines):
+        m = _CPP_DEF_RE.match(line)
+        if m and m.group("end") != ";":
+            kernels.setdefault(m.group("name"), {"kernel": m.group("name"), "kind": "generated", "def_line": i + 1,
+                                                  "calls": [], "comments": _cpp_comments_above(lines, i)})
+    for i, line in enumerate(lines):
+        m = _CPP_CALL_RE.match(line)
+        if not m:
+            continue
+        name = m.group("name")
+        entry = kernels.setdefault(name, {"kernel": name, "kind": "extern" if name.startswith("aoti_torch_") else "generated",
+                                          "def_line": None, "calls": [], "comments": []})
+        entry["calls"].append({"line": i + 1, "comments": _cpp_comments_above(lines, i)})
+    return with_provenance_comments(kernels)
+
+
+def probe_aoti_artifact(call: ProbeCall) -> dict:
+    """`AotCodeCompiler.compile` returned the files it wrote: one payload per C++ source (wrapper, kernels),
+    shaped as the Python wrapper's (``path``, ``kernels``) plus every file written, under ``files``."""
+    files = call.retval if isinstance(call.retval, (list, tuple)) else [call.retval]
+    written = [safe_str(f, 2000) for f in files if isinstance(f, str)][:256]
+    cpp = [f for f in written if f.endswith(".cpp")]
+    # A kernel defined in the kernel file and called in the wrapper is one kernel: merged by name.
+    merged: dict[str, dict[str, Any]] = {}
+    for path in cpp:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        for k in scan_cpp_source(text):
+            entry = merged.get(k["kernel"])
+            if entry is None:
+                merged[k["kernel"]] = {**k, "file": path}
+                continue
+            if entry["def_line"] is None and k["def_line"] is not None:
+                entry.update(def_line=k["def_line"], file=path, comments=k["comments"])
+            entry["calls"].extend(k["calls"])
+            entry["provenance_comments"].extend(k["provenance_comments"])
+    wrapper = next((f for f in cpp if "wrapper" in f.rsplit("/", 1)[-1]), cpp[0] if cpp else None)
+    return {"path": wrapper, "files": written, "kernels": list(merged.values())}

@@ -1,0 +1,262 @@
+"""Every way a user compiles (issue 16), each on a real compile of the reference MLP, with matrix values asserted.
+
+- backend="aot_eager" with a backward: the Dynamo graph and AOT's forward and backward graphs are measured;
+  Inductor's stages are ➖ "not on this compile's path (backend: aot_eager)", in the summary, Markdown and HTML.
+- a user's backend function: the Dynamo graph, named by the function.
+- torch.export + AOTInductor, by `prov-trace run examples/export_aoti.py`: Source from the export, the
+  export graph, Inductor's stages, the artifact from the C++ AOTInductor wrote, and Inductor's own record agrees.
+- dynamic=True; mark_dynamic with mode="max-autotune-no-cudagraphs"; a recompile for a new shape.
+
+Each compile runs once per session (the fixtures below); the in-process ones through `prov_trace.trace()`.
+Values were measured on torch 2.13.0 (the main test interpreter).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, Run, cli
+from inductor_trace import assert_matches_inductor
+
+pytestmark = pytest.mark.compile
+
+OFF = "not on this compile's path (backend: {})"
+INDUCTOR = ("pre_grad", "post_grad", "ir_pre", "ir_post", "kernel_spec", "artifact")
+FX = ("stack_trace", "nn_module_stack", "source_fn_stack", "original_aten", "from_node")
+
+
+def my_backend(gm, example_inputs):
+    """A user's backend: runs Dynamo's graph as it is."""
+    return gm.forward
+
+
+def _trace(tmp_path_factory, name: str, body):
+    import torch
+
+    import prov_trace
+    from prov_trace.report.model import build
+    from prov_trace.stream.reader import read_trace
+
+    sys.path.insert(0, str(EXAMPLES))
+    from reference_mlp import SimpleMLP
+
+    d = tmp_path_factory.mktemp(name)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    with prov_trace.trace(d / "t.msgpack", profile="inductor-cpu", log=lambda m: None):
+        body(torch, SimpleMLP())
+    torch._dynamo.reset()
+    return d / "t.msgpack", build(read_trace(d / "t.msgpack"))
+
+
+@pytest.fixture(scope="session")
+def aot_eager_train(tmp_path_factory):
+    def body(torch, m):
+        torch.compile(m, backend="aot_eager")(torch.randn(2, 128)).sum().backward()
+    return _trace(tmp_path_factory, "aot_eager", body)
+
+
+@pytest.fixture(scope="session")
+def user_backend(tmp_path_factory):
+    def body(torch, m):
+        with torch.no_grad():
+            torch.compile(m, backend=my_backend)(torch.randn(2, 128))
+    return _trace(tmp_path_factory, "user_backend", body)
+
+
+@pytest.fixture(scope="session")
+def recompiled(tmp_path_factory):
+    def body(torch, m):
+        c = torch.compile(m, backend="aot_eager")
+        with torch.no_grad():
+            c(torch.randn(2, 128))
+            c(torch.randn(3, 128))  # a new batch size: Dynamo recompiles, with the batch now symbolic
+    return _trace(tmp_path_factory, "recompile", body)
+
+
+@pytest.fixture(scope="session")
+def dynamic(tmp_path_factory):
+    def body(torch, m):
+        with torch.no_grad():
+            torch.compile(m, dynamic=True)(torch.randn(2, 128))
+    return _trace(tmp_path_factory, "dynamic", body)
+
+
+@pytest.fixture(scope="session")
+def marked_autotune(tmp_path_factory):
+    def body(torch, m):
+        x = torch.randn(4, 128)
+        torch._dynamo.mark_dynamic(x, 0)
+        with torch.no_grad():
+            torch.compile(m, mode="max-autotune-no-cudagraphs")(x)
+    return _trace(tmp_path_factory, "marked_autotune", body)
+
+
+@pytest.fixture(scope="session")
+def export_aoti(tmp_path_factory) -> Run:
+    d = tmp_path_factory.mktemp("export_aoti")
+    proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "audit.md"), str(EXAMPLES / "export_aoti.py"),
+               str(d / "mlp.pt2"), cwd=d, check=True,
+               env={"INDUCTOR_PROVENANCE": "1", "TORCH_TRACE": str(d / "torch_trace"), "TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+def _cells(g):
+    return {r["field"]: {st: (c["state"], c["n"], c["total"]) for st, c in r["cells"].items()} for r in g["matrix"]}
+
+
+def _counts(g):
+    return {st: len(d["objects"]) if d["observed"] else None for st, d in g["stages"].items()}
+
+
+# --- aot_eager ---------------------------------------------------------------------------------------
+
+
+def test_aot_eager_measures_the_dynamo_and_aot_graphs(aot_eager_train):
+    _, model = aot_eager_train
+    assert model["stage_order"][:4] == ["source", "dynamo_graph", "pre_grad", "aot_graph"]
+    fw, bw = model["graphs"]
+    assert (fw["label"], bw["label"]) == ("0/0 forward", "0/0 backward")
+    assert fw["backend"] == bw["backend"] == "aot_eager"
+    assert _counts(fw) == {"source": 4, "dynamo_graph": 3, "pre_grad": None, "aot_graph": 5, "post_grad": None,
+                           "ir_pre": None, "ir_post": None, "kernel_spec": None, "artifact": None}
+    assert _counts(bw)["aot_graph"] == 18 and bw["shared"] == {"source": "0/0 forward", "dynamo_graph": "0/0 forward"}
+    c = _cells(fw)
+    # The Dynamo graph: what Inductor's pre-grad sees; original_aten and from_node cannot exist yet there.
+    assert {f: c[f]["dynamo_graph"] for f in FX} == {
+        "stack_trace": ("all", 3, 3), "nn_module_stack": ("some", 2, 3), "source_fn_stack": ("all", 3, 3),
+        "original_aten": ("na", 0, 3), "from_node": ("na", 0, 3)}
+    assert {f: c[f]["aot_graph"] for f in FX} == {
+        "stack_trace": ("all", 5, 5), "nn_module_stack": ("some", 4, 5), "source_fn_stack": ("all", 5, 5),
+        "original_aten": ("all", 5, 5), "from_node": ("all", 5, 5)}
+    cb = _cells(bw)
+    assert {f: cb[f]["aot_graph"] for f in FX} == {
+        "stack_trace": ("all", 18, 18), "nn_module_stack": ("some", 1, 18), "source_fn_stack": ("some", 2, 18),
+        "original_aten": ("all", 18, 18), "from_node": ("some", 2, 18)}
+    rows = {r["text"]: r for r in fw["survival"]}
+    assert rows["x = torch.relu(x)"]["last_stage"] == "aot_graph" and rows["x = torch.relu(x)"]["lost_at"] is None
+
+
+def test_aot_eager_marks_inductors_stages_off_its_path(aot_eager_train):
+    from prov_trace.report.views import summary_lines
+
+    _, model = aot_eager_train
+    why = OFF.format("aot_eager")
+    for g in model["graphs"]:
+        assert g["off_path"] == {st: why for st in INDUCTOR}
+        states = {(r["field"], st): c for r in g["matrix"] for st, c in r["cells"].items()}
+        assert not [k for k, c in states.items() if c["state"] == "unobserved"]
+        assert states[("stack_trace", "post_grad")] == {"state": "na", "n": 0, "total": 0, "reason": why}
+        assert states[("origins", "kernel_spec")]["reason"] == why
+    text = "\n".join(summary_lines(model))
+    assert "NOT RESOLVED" not in text and "DID NOT FIRE" not in text
+    assert text.count("off path") == len(INDUCTOR) and why in text
+
+
+def test_aot_eager_report_says_off_path_in_markdown_and_html(aot_eager_train):
+    import prov_trace
+
+    path, _ = aot_eager_train
+    report = prov_trace.load(path)
+    md, html = report.render("md"), report.render("html")
+    titles = "FX pre-grad, FX post-grad, LoopLevelIR (pre-pass), LoopLevelIR (post-pass), Kernel spec, Artifact"
+    assert f"{titles}: {OFF.format('aot_eager')}." in md.replace("\\_", "_")
+    assert titles in html and "(backend: aot_eager)" in html and "Dynamo graph" in html and "AOT graph" in html
+    graph = md.split("## Graph 0/0 forward")[1].split("\n## ")[0]
+    assert "⚠" not in graph.split("### Per-stage detail")[0] and "➖" in graph  # matrix, survival, counts
+    assert "#### FX post-grad (not on this compile's path)" in graph
+    counts = md.split("## Counts")[1].split("\n## ")[0]
+    assert "| 0/0 forward | 4 | 3 | ➖ | 5 | ➖ | ➖ | ➖ | ➖ | ➖ |" in counts
+
+
+# --- a user's backend ----------------------------------------------------------------------------------
+
+
+def test_a_user_backend_function_is_named_and_measured(user_backend):
+    _, model = user_backend
+    (g,) = model["graphs"]
+    assert g["label"] == "0/0" and g["backend"] == "my_backend"
+    assert "aot_graph" not in model["stage_order"]  # no AOT autograd on this path: no column
+    assert _counts(g)["dynamo_graph"] == 3 and g["stages"]["dynamo_graph"]["boundary"]
+    assert _cells(g)["stack_trace"]["dynamo_graph"] == ("all", 3, 3)
+    assert g["off_path"] == {st: OFF.format("my_backend") for st in INDUCTOR}
+    inputs = model_inputs(path=user_backend[0])
+    assert "l_x_: ('2', '128')" in inputs
+
+
+def model_inputs(path) -> list[str]:
+    from prov_trace.stream.reader import read_trace
+
+    return next(r["payload"]["inputs"] for r in read_trace(path).records
+                if r.get("kind") == "probe" and r.get("stage") == "dynamo_graph")
+
+
+# --- torch.export + AOTInductor ---------------------------------------------------------------------
+
+
+def test_export_and_aoti_script_is_traced_end_to_end(export_aoti):
+    model = export_aoti.model()
+    assert "packaged: mlp.pt2" in export_aoti.proc.stdout
+    assert model["trace"]["complete"] and not model["errors"], model["errors"]
+    (g,) = model["graphs"]
+    assert g["label"] == "export inference" and g["backend"] == "torch.export" and g["off_path"] == {}
+    assert model["stage_order"] == ["source", "export_graph", "pre_grad", "post_grad", "ir_pre", "ir_post",
+                                    "kernel_spec", "artifact"]
+    assert _counts(g) == {"source": 4, "export_graph": 3, "pre_grad": 3, "post_grad": 5, "ir_pre": 3, "ir_post": 3,
+                          "kernel_spec": 3, "artifact": 3}
+    c = _cells(g)
+    assert c["file:line"]["source"] == ("all", 4, 4)
+    assert {f: c[f]["export_graph"] for f in FX} == {
+        "stack_trace": ("all", 3, 3), "nn_module_stack": ("all", 3, 3), "source_fn_stack": ("none", 0, 3),
+        "original_aten": ("none", 0, 3), "from_node": ("none", 0, 3)}
+    assert c["provenance_comment"]["artifact"] == ("all", 3, 3)
+    art = g["stages"]["artifact"]
+    assert sorted(o["name"] for o in art["objects"]) == ["aoti_torch_cpu_addmm_out", "aoti_torch_cpu_addmm_out #2",
+                                                       "cpp_fused_relu_0"]
+    assert art["files"][0].endswith(".wrapper.cpp")
+    rows = {r["text"]: r for r in g["survival"]}
+    assert all(rows[t]["last_stage"] == "artifact" for t in ("x = self.fc1(x)", "x = torch.relu(x)", "x = self.fc2(x)"))
+    assert g["headline"]["sourceless_kernels"] == []
+
+
+def test_export_and_aoti_agree_with_inductors_own_record(export_aoti):
+    model = export_aoti.model()
+    assert assert_matches_inductor(model, export_aoti.workdir / "torch_trace") == 1
+    assert model["graphs"][0]["mappings"]["kernel_to_post"] == {
+        "aoti_torch_cpu_addmm_out": ["addmm", "addmm_1"], "cpp_fused_relu_0": ["relu"]}
+
+
+# --- dynamic shapes and modes --------------------------------------------------------------------------
+
+
+def test_dynamic_true_is_traced_with_symbolic_inputs(dynamic):
+    path, model = dynamic
+    (g,) = model["graphs"]
+    assert g["label"] == "0/0 inference" and g["backend"] == "inductor" and g["off_path"] == {}
+    assert _counts(g) == {"source": 4, "dynamo_graph": 3, "pre_grad": 3, "aot_graph": 5, "post_grad": 5,
+                          "ir_pre": 3, "ir_post": 3, "kernel_spec": 3, "artifact": 3}
+    inputs = model_inputs(path)
+    assert "l_x_: ('s77', '128')" in inputs and "s77: SymInt" in inputs
+    assert _cells(g)["get_stack_traces"]["kernel_spec"] == ("all", 3, 3)
+
+
+def test_mark_dynamic_with_max_autotune_on_the_cpu(marked_autotune):
+    path, model = marked_autotune
+    (g,) = model["graphs"]
+    assert g["backend"] == "inductor" and all(d["observed"] for d in g["stages"].values())
+    assert any(": ('s" in i and "128')" in i for i in model_inputs(path))
+    assert _counts(g)["kernel_spec"] == 3 and _cells(g)["provenance_comment"]["artifact"][0] in ("all", "some")
+
+
+def test_a_recompile_for_a_new_shape_is_its_own_labelled_graph(recompiled):
+    _, model = recompiled
+    first, second = model["graphs"]
+    assert (first["label"], second["label"]) == ("0/0 inference", "0/1 inference")
+    assert first["notes"] == []
+    (note,) = second["notes"]
+    assert note.startswith("Recompile: compile 2 of frame 0.") and "l_x_: ('s77', '128')" in note
+    assert _counts(second)["aot_graph"] == 5
