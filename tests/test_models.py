@@ -59,14 +59,16 @@ def test_mlp_train_forward_and_backward(mlp_train):
     model = _check(mlp_train)
     assert [g["label"] for g in model["graphs"]] == ["0/0 forward", "0/0 backward"]
     bwd = model["graphs"][1]
-    assert any(o["name"].startswith("tangents") for o in bwd["stages"]["post_grad"]["objects"])
+    # The backward graph's inputs are the tangents: placeholders, counted apart from its compute nodes.
+    assert any(o["name"].startswith("tangents") for o in bwd["stages"]["post_grad"]["boundary"])
+    assert bwd["shared"] == {"source": "0/0 forward", "dynamo_graph": "0/0 forward", "pre_grad": "0/0 forward"}
 
 
 def test_encoder_stack_24_layers(encoder):
     model = _check(encoder)
     (g,) = model["graphs"]
     post = g["stages"]["post_grad"]["objects"]
-    assert len(post) > 1500, len(post)  # the fast path is off: ordinary ops, not 24 opaque nodes
+    assert len(post) > 1400, len(post)  # compute nodes; the fast path is off: ordinary ops, not 24 opaque nodes
     assert not any("_transformer_encoder_layer_fwd" in (o.get("target") or "") for o in post)
     # Every layer's source line reaches the kernel spec.
     rows = {r["text"]: r for r in g["survival"]}

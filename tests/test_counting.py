@@ -1,0 +1,111 @@
+"""Count what the seed counts, and label what really happened (issue 18), on real compiles.
+
+The seed's audit counts FX compute nodes; cells for a field the pipeline cannot
+have created yet read "–"; lineage names a fusion only where a kernel holds
+several IR ops. Every number here is measured from a real run.
+"""
+
+from __future__ import annotations
+
+import prov_trace
+from prov_trace.report import lineage
+from prov_trace.stream import schema as S
+
+
+def _graph(run, label="0/0 inference"):
+    report = prov_trace.load(run.trace)
+    return report, next(g for g in report.model["graphs"] if g["label"] == label)
+
+
+def test_fx_cells_count_compute_nodes_and_placeholders_apart(mlp_run):
+    report, g = _graph(mlp_run)
+    cells = report.matrix("0/0 inference")
+    # The CPU MLP's post-grad graph: permute, addmm, relu, permute_1, addmm_1 compute; all carry a stack trace.
+    assert cells["stack_trace"]["post_grad"] == {"state": "all", "n": 5, "total": 5}
+    assert [o["name"] for o in g["stages"]["post_grad"]["objects"]] == ["permute", "addmm", "relu", "permute_1", "addmm_1"]
+    boundary = g["stages"]["post_grad"]["boundary"]
+    assert len(boundary) == 6 and {o["kind"] for o in boundary} == {"placeholder", "output"}
+    assert cells["stack_trace"]["pre_grad"] == {"state": "all", "n": 3, "total": 3}
+    # The rule `check` applies is the same: a fully populated graph passes.
+    assert report.check("post_grad:stack_trace=all", "pre_grad:stack_trace>=0.5").ok
+    # The run's summary and the Markdown count them apart too.
+    line = next(ln for ln in report.summary_lines() if ln.strip().startswith("FX post-grad"))
+    assert line.endswith("5 objects (+6 placeholders and outputs)"), line
+    assert "| 0/0 inference: placeholders and outputs |  | 6 | 6 |" in report.to_markdown()
+
+
+def test_a_field_that_cannot_exist_yet_is_not_a_drop(mlp_run):
+    report, g = _graph(mlp_run)
+    cells = report.matrix("0/0 inference")
+    for field in ("original_aten", "from_node"):
+        pre = cells[field]["pre_grad"]
+        assert pre["state"] == "na" and pre["n"] == 0 and pre["total"] == 3, (field, pre)
+        assert "AOT autograd" in pre["reason"] or "pass" in pre["reason"]
+        assert cells[field]["post_grad"]["state"] == "all"
+    md = report.to_markdown()
+    assert "- `original_aten` at FX pre-grad: set when AOT autograd traces the graph into ATen ops" in md
+    # Source, Dynamo graph, FX pre-grad (not yet), AOT graph, FX post-grad.
+    assert "| FX | `original_aten` | ➖ | ➖ | ➖ | ✅ 5/5 | ✅ 5/5 |" in md
+    result = prov_trace.load(mlp_run.trace).check
+    try:
+        result("pre_grad:original_aten=all")
+    except prov_trace.UsageError as exc:
+        assert "original_aten cannot exist yet at pre_grad" in str(exc)
+    else:
+        raise AssertionError("a rule on a field that cannot exist yet must be refused")
+
+
+def test_profile_only_rows_show_only_for_their_profile(mlp_run):
+    report, g = _graph(mlp_run)
+    assert "debug_handle" not in report.matrix("0/0 inference")
+    assert "`debug_handle`" not in report.to_markdown()
+    try:
+        report.check("kernel_spec:debug_handle=all")
+    except prov_trace.UsageError as exc:
+        assert "debug_handle is measured only with the spyre profile, and this trace used inductor-cpu" in str(exc)
+    else:
+        raise AssertionError("a spyre-only rule on a CPU trace must say so")
+
+
+def test_lineage_labels_what_the_trace_shows_and_agrees_with_survival(mlp_run):
+    _, g = _graph(mlp_run)
+    lin = g["lineage"]
+    edges = {(e["from"], e["to"]): e["via"] for e in lin["edges"]}
+    # relu is buf1's origin_node; in buf2's origins only as an input Inductor realised.
+    assert edges[("post_grad:relu", "ir_pre:buf1")] == "origin_node"
+    assert edges[("post_grad:relu", "ir_pre:buf2")] == "also_in_origins"
+    assert edges[("post_grad:addmm_1", "ir_pre:buf2")] == "origin_node"
+    # No decomposition of relu, no fusion anywhere: each kernel holds one IR op.
+    assert not lin["fusions"]
+    assert [(d["from"], sorted(d["to"])) for d in lin["decompositions"]] == [
+        ("pre_grad:x", ["post_grad:addmm", "post_grad:permute"]),
+        ("pre_grad:x_2", ["post_grad:addmm_1", "post_grad:permute_1"])]
+    assert {(tuple(sorted(a["from"])), a["to"]) for a in lin["also_in_origins"]} == {
+        (("post_grad:permute",), "ir_pre:buf0"), (("post_grad:permute_1", "post_grad:relu"), "ir_pre:buf2")}
+    # The lineage of each line matches the survival table at every stage up to the kernel spec.
+    for row in g["survival"]:
+        start = f"source:{row['file']}:{row['line']}"
+        reached = lineage.reach(lin, start)
+        for st in (S.PRE_GRAD, S.POST_GRAD, S.IR_PRE, S.IR_POST, S.KERNEL_SPEC):
+            flowed = sorted(n.split(":", 1)[1] for n in reached if n.startswith(st + ":"))
+            assert flowed == sorted(row["carriers"].get(st, [])), (row["text"], st, flowed, row["carriers"].get(st))
+    relu = next(r for r in g["survival"] if r["text"] == "x = torch.relu(x)")
+    assert relu["carriers"]["ir_pre"] == ["buf1"] and relu["carriers"]["kernel_spec"] == ["cpp_fused_relu_0"]
+
+
+def test_survival_rows_say_what_they_are(mlp_run, graph_break_run):
+    _, g = _graph(mlp_run)
+    ret = next(r for r in g["survival"] if r["text"] == "return x")
+    assert ret["note"] == "no op on this line" and ret["lost_at"] is None and ret["lost_by"] == []
+    report = prov_trace.load(graph_break_run.trace)
+    first, second = report.model["graphs"]
+    # Lines after the break are compiled into graph 1/0: graph 0/0 says so instead of "first lost".
+    rows = {r["text"]: r for r in first["survival"]}
+    for text in ("x = self.fc2(x)", "x = x * 2.0"):
+        assert rows[text]["note"] == "in graph 1/0 inference" and rows[text]["lost_at"] is None, rows[text]
+    # The line with the break is in no graph: never attached, and not mistaken for an op-less line.
+    brk = next(r for r in second["survival"] if r["text"].startswith("print("))
+    assert brk["last_stage"] is None and brk["note"] is None
+    md = report.to_markdown()
+    assert "| in graph 1/0 inference | — |" in md
+    assert "| no op on this line | — |" in md

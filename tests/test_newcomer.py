@@ -1,0 +1,169 @@
+"""A newcomer's first hour (issue 18): each stumble, tried as a user would, now gets a sentence that helps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import cli
+
+LIGHT = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+def _errors(proc) -> list[str]:
+    return [ln for ln in proc.stderr.splitlines() if ln.startswith("prov-trace: error:")]
+
+
+@pytest.fixture(scope="module")
+def nothing_run(tmp_path_factory):
+    """A script that compiles nothing: its trace holds no graph."""
+    d = tmp_path_factory.mktemp("nothing")
+    (d / "nothing.py").write_text("print('no compile here')\n")
+    (d / "r.md").write_text("the report of an earlier run that compiled\n")
+    proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "r.md"), str(d / "nothing.py"), cwd=d)
+    return d, proc
+
+
+def test_diff_counts_a_lost_graph_as_a_regression(mlp_run, nothing_run, tmp_path):
+    d, _ = nothing_run
+    proc = cli("diff", str(mlp_run.trace), str(d / "t.msgpack"), "--fail-on-regression", "-o", str(tmp_path / "d.md"))
+    assert proc.returncode == 1, proc.stderr
+    assert "graph 0/0 inference is missing from B" in proc.stderr
+    text = (tmp_path / "d.md").read_text()
+    assert "1 graph(s) of A missing from B" in text and "▼ lost" in text
+    # The same two traces the other way round: B gained a graph, nothing regressed.
+    back = cli("diff", str(d / "t.msgpack"), str(mlp_run.trace), "--fail-on-regression")
+    assert back.returncode == 0, back.stderr
+
+
+def test_a_run_that_compiled_nothing_keeps_the_existing_report_and_says_so(nothing_run):
+    d, proc = nothing_run
+    assert proc.returncode == 0, proc.stderr
+    assert (d / "r.md").read_text() == "the report of an earlier run that compiled\n"
+    assert "the program compiled nothing (the trace holds no graph), so the existing report" in proc.stderr
+    assert "was kept" in proc.stderr
+
+
+ARGPARSE_AFTER_COMPILE = textwrap.dedent("""
+    import argparse
+    import torch
+
+    @torch.compile
+    def step(x):
+        return torch.relu(x) * 2
+
+    with torch.no_grad():
+        step(torch.ones(4))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1)
+    print(parser.parse_args())
+""")
+
+
+def test_prov_trace_options_after_a_failing_script_get_a_hint(tmp_path):
+    (tmp_path / "train.py").write_text(ARGPARSE_AFTER_COMPILE)
+    proc = cli("run", "--report", str(tmp_path / "r.md"), str(tmp_path / "train.py"), "-o", "out.msgpack",
+               cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 2, proc.stderr  # argparse's own status: the script got -o
+    assert "error: unrecognized arguments: -o out.msgpack" in proc.stderr
+    hint = [ln for ln in proc.stderr.splitlines() if "prov-trace options go before the script" in ln]
+    assert len(hint) == 1 and "-o came after it" in hint[0], proc.stderr
+    # The compile before the failure was traced and reported as usual.
+    assert (tmp_path / "r.md").exists() and (tmp_path / "prov-trace.msgpack").exists()
+
+
+TWO_INPUTS = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    class TwoInputs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x, y):
+            return self.fc(x) + y
+""")
+
+
+def test_a_forward_with_two_inputs_is_checked_before_compiling(tmp_path):
+    (tmp_path / "two.py").write_text(TWO_INPUTS)
+    proc = cli("run", f"{tmp_path / 'two.py'}:TwoInputs", "-o", str(tmp_path / "t.msgpack"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    (err,) = _errors(proc)
+    assert "TwoInputs.forward takes 2 inputs (x, y), but first layer Linear(in_features=8) gives 1" in err
+    assert "define example_inputs()" in err and "returning a tuple of 2" in err
+    assert "Traceback" not in proc.stderr and not (tmp_path / "t.msgpack").exists()
+
+
+SEQUENTIAL = textwrap.dedent("""
+    from torch import nn
+
+    def build():
+        return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+""")
+
+
+def test_a_sequential_model_is_explained_in_the_report(tmp_path):
+    (tmp_path / "seq.py").write_text(SEQUENTIAL)
+    proc = cli("run", f"{tmp_path / 'seq.py'}:build", "-o", str(tmp_path / "t.msgpack"), "--report",
+               str(tmp_path / "r.md"), cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0, proc.stderr
+    import prov_trace
+
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    assert g["stages"]["source"]["objects"] == []
+    (note,) = g["notes"]
+    frames = g["stages"]["source"]["library"]
+    assert frames and all("/torch/" in f for f in frames), frames
+    assert f"library code ({frames[0]}" in note, note
+    traced = report.matrix(g["label"])["stack_trace"]["pre_grad"]
+    assert f"{traced['n']} of {traced['total']} pre-grad nodes carry a stack trace" in note
+    import html
+    import re
+
+    assert note in html.unescape(re.sub(r"\\(.)", r"\1", report.to_markdown()))
+
+
+def test_check_rules_in_help_are_quoted_and_an_eaten_operator_gets_a_hint(mlp_run):
+    helptext = cli("check", "--help").stdout
+    assert "--require 'post_grad:stack_trace>=0.5'" in helptext
+    assert "post_grad:stack_trace>=0.5 " not in helptext.replace("'post_grad:stack_trace>=0.5'", "")
+    # What a shell leaves of an unquoted `--require post_grad:stack_trace>=0.5`.
+    proc = cli("check", str(mlp_run.trace), "--require", "post_grad:stack_trace")
+    assert proc.returncode == 2
+    (err,) = _errors(proc)
+    assert "has no operator" in err and "quote the rule" in err and "--require 'post_grad:stack_trace>=0.5'" in err
+
+
+def test_one_error_style_for_click_and_prov_trace(tmp_path):
+    for args, needle in ((["report"], "Missing argument 'TRACE...'"),
+                         (["run", "--bogus", "s.py"], "'--bogus' is not an option of prov-trace run"),
+                         (["run", "--profile", "tpu", "x.py"], "'tpu' is not one of 'auto', 'inductor-cpu'"),
+                         (["report", "--help-me"], "No such option '--help-me'")):
+        proc = cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        errors = _errors(proc)
+        assert len(errors) == 1 and needle in errors[0], (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "Usage:" not in proc.stderr
+    assert "Exit status:" in cli("report", "--help").stdout and "143" not in cli("report", "--help").stdout
+
+
+def test_shell_completion_offers_choices_and_paths(tmp_path):
+    (tmp_path / "model_a.py").write_text("")
+    env = {**os.environ, "_PROV_TRACE_COMPLETE": "bash_complete", "COMP_WORDS": "prov-trace run --profile ",
+           "COMP_CWORD": "3"}
+    out = subprocess.run([sys.executable, "-m", "prov_trace"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert [ln.split(",", 1)[1] for ln in out.stdout.splitlines()] == ["auto", "inductor-cpu", "inductor-triton", "spyre"]
+    env.update(COMP_WORDS="prov-trace report mod", COMP_CWORD="2")
+    out = subprocess.run([sys.executable, "-m", "prov_trace"], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.splitlines() == ["file,mod"]  # paths: bash completes the file itself
+
+
+def test_torchs_warning_about_the_caches_prov_trace_turned_off_is_not_shown(mlp_run):
+    assert "dynamo_pgo force disabled" not in mlp_run.proc.stderr
