@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prov_trace import schema
-from prov_trace.tracer.stream import TraceWriter
+from prov_trace.stream import schema
+from prov_trace.stream.writer import TraceWriter
 
 #: Inductor compiles C++ in a worker pool by default; one thread keeps these runs light and childless.
 LIGHT_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -292,7 +292,7 @@ def start_prov_trace(args: list[str], cwd: Path, stdout, stderr) -> subprocess.P
 
 def wait_for_probe_record(proc: subprocess.Popen, trace: Path, timeout: float) -> None:
     """Wait until the trace being written holds a probe record (the compile is under way)."""
-    from prov_trace.report.reader import TraceReadError, read_trace
+    from prov_trace.stream.reader import TraceReadError, read_trace
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

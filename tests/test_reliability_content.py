@@ -10,9 +10,9 @@ import msgpack
 import pytest
 
 import reliability_support as rs
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.report.model import build
-from prov_trace.report.reader import read_trace
+from prov_trace.stream.reader import read_trace
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -114,7 +114,7 @@ def test_markdown_renders_hostile_text_inert(hostile_model, benign_model):
                 continue
             # Every label is one quoted string with no quote, backtick or angle bracket inside.
             assert re.fullmatch(r'\s*(flowchart LR|end|subgraph s\d+\["[^"`<>]*"\]|n\d+\["[^"`<>]*"\]'
-                                r'|n\d+ (-->|-\.->)\|[a-z_]+\| n\d+)', line), line
+                                r'|n\d+ (-->|-\.->)\|[a-z_ ]+\| n\d+)', line), line
             continue
         text = _outside_code_spans(line)
         # Outside code spans: no HTML tag, no live link, and no backtick that could open a span.
@@ -244,7 +244,7 @@ def test_snapshot_bounds_hold_on_a_10000_node_graph(big_graph, tmp_path):
     cat = by_name[many.name]
     assert len(cat["inputs"]) == fx.MAX_NAMES and cat["cut_inputs"] == 1_000 - fx.MAX_NAMES
     # The whole graph is one record a reader reads back.
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     w = TraceWriter(tmp_path / "t.msgpack")
     w.write(schema.HEADER, {"schema": schema.SCHEMA_NAME, "version": list(schema.SCHEMA_VERSION)})
@@ -306,7 +306,10 @@ def test_report_on_a_10000_node_graph_renders_bounded(big_graph, tmp_path):
     snap = fx.snapshot_graph(g)
     model = _post_grad_report(tmp_path, snap)
     out = markdown.render(model)
-    assert f"{len(g.nodes) - 400} more rows not shown" in out
+    from prov_trace.report.views import MAX_ROWS
+
+    compute = sum(1 for n in g.nodes if n.op in ("call_function", "call_method", "call_module"))
+    assert f"{compute - MAX_ROWS} more rows not shown" in out
     assert len(out) < 10 * 1024 * 1024
 
 
@@ -339,7 +342,7 @@ def test_ir_op_bounds_cut_a_real_compile_with_a_count(tmp_path, monkeypatch):
     from prov_trace.report import markdown
     from prov_trace.runner import defeat_caches
     from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     def f(x):
         return (torch.relu(x) @ x.T).sin() + x.sum()
@@ -348,10 +351,11 @@ def test_ir_op_bounds_cut_a_real_compile_with_a_count(tmp_path, monkeypatch):
     defeat_caches()
     path = tmp_path / "t.msgpack"
     torch._dynamo.reset()
+    torch.manual_seed(0)  # an unseeded input failed allclose in about 1 of 8 runs, traced or not (a fused sum's order)
     x = torch.randn(8, 8)
     with TraceSession(TraceWriter(path), INDUCTOR_CPU, log=lambda m: None):
         out = torch.compile(f)(x)
-    assert torch.allclose(out, f(x))
+    assert torch.allclose(out, f(x), atol=1e-5)
     trace = read_trace(path)
     ir_recs = [r for r in trace.records if r.get("kind") == schema.PROBE and r["stage"] in (schema.IR_PRE, schema.IR_POST)]
     assert {r["stage"] for r in ir_recs} == {schema.IR_PRE, schema.IR_POST}

@@ -18,10 +18,11 @@ import pytest
 from click.testing import CliRunner
 
 import reliability_support as rs
-from prov_trace import cli, schema
-from prov_trace.report.reader import TraceReadError, read_stream, read_trace
-from prov_trace.tracer import stream
-from prov_trace.tracer.stream import TraceWriter
+from prov_trace import cli, files
+from prov_trace.stream import schema
+from prov_trace.stream.reader import TraceReadError, read_stream, read_trace
+from prov_trace.stream import writer as stream
+from prov_trace.stream.writer import TraceWriter
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -56,7 +57,7 @@ def test_unwritable_trace_directory_is_refused_before_running(tmp_path):
     try:
         if os.access(ro, os.W_OK):
             # Running as root: mode bits don't stop writes. Inject the error open() would give instead.
-            patch = ("import errno, builtins\nfrom prov_trace.tracer import stream\n"
+            patch = ("import errno, builtins\nfrom prov_trace.stream import writer as stream\n"
                      "def _open(*a, **k):\n    raise PermissionError(errno.EACCES, 'Permission denied')\n"
                      "stream.open = _open\n")
             proc = rs.prov_trace_with(patch, ["run", "-o", str(ro / "t.msgpack"), "--report", str(tmp_path / "r.md"),
@@ -77,7 +78,7 @@ def test_unwritable_trace_directory_is_refused_before_running(tmp_path):
 FULL_DISK = textwrap.dedent("""
     import errno
     from prov_trace import cli
-    from prov_trace.tracer import stream
+    from prov_trace.stream import writer as stream
 
     class _FullDisk:
         # The disk fills after a few records: every later write fails with ENOSPC.
@@ -92,9 +93,10 @@ FULL_DISK = textwrap.dedent("""
             return getattr(self.f, name)
 
     _init = stream.TraceWriter.__init__
-    def __init__(self, path):
-        _init(self, path)
-        self._file = _FullDisk(self._file, ROOM)
+    def __init__(self, path, **options):
+        _init(self, path, **options)
+        if self._file is not None:
+            self._file = _FullDisk(self._file, ROOM)
     stream.TraceWriter.__init__ = __init__
 """)
 
@@ -124,9 +126,9 @@ def test_full_disk_warns_and_the_program_runs_to_its_own_exit(tmp_path, room):
 
 def test_full_disk_for_the_report_keeps_the_programs_exit(tmp_path):
     script = _script(tmp_path)
-    patch = ("import errno\nfrom prov_trace import cli\n"
+    patch = ("import errno\nfrom prov_trace import files\n"
              "def _full(path, text):\n    raise OSError(errno.ENOSPC, 'No space left on device')\n"
-             "cli.write_atomic = _full\n")
+             "files.write_atomic = _full\n")
     proc = rs.prov_trace_with(patch, ["run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"),
                                       str(script)], tmp_path)
     assert proc.returncode == 3, proc.stderr
@@ -161,7 +163,7 @@ def test_a_failure_mid_write_leaves_the_old_report_intact(tmp_path, monkeypatch)
     real_fdopen = os.fdopen
     monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _FailsHalfway(real_fdopen(fd, *a, **k)))
     with pytest.raises(OSError):
-        cli.write_atomic(str(report), "the new report\n" * 1000)
+        files.write_atomic(str(report), "the new report\n" * 1000)
     assert report.read_text() == "the old report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]  # no temp file left behind
 
@@ -175,7 +177,7 @@ def test_a_failed_rename_leaves_the_old_report_intact(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", no_rename)
     with pytest.raises(OSError):
-        cli.write_atomic(str(report), "new")
+        files.write_atomic(str(report), "new")
     assert report.read_text() == "the old report\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
 

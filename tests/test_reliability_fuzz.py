@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reliability_support as rs
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.report.model import build
-from prov_trace.report.reader import Trace, TraceReadError, read_stream
+from prov_trace.stream.reader import Trace, TraceReadError, read_stream
 
 N = int(os.environ.get("PROV_TRACE_FUZZ_EXAMPLES", "0")) or None
 FUZZ = settings(max_examples=N or 300, deadline=None, derandomize=N is None,
@@ -176,10 +176,21 @@ _sourced = st.recursive(st.one_of(_json, _src, _dict({"file": _json, "line": _js
     st.lists(c, max_size=3), st.dictionaries(st.one_of(_text, st.just("source")), c, max_size=3),
     st.fixed_dictionaries({"source": st.one_of(_src, _json, st.lists(st.one_of(_src, _json), max_size=2))})),
     max_leaves=8)
-_snap = _dict({"type": _text, "populated": st.booleans(),
-               "kind": st.sampled_from(["generic", "fx_graph", "fx_node", "fx_nodes", "ir_op", "ir_ops",
-                                        "scheduler_nodes", "dataclass"]),
-               "value": st.one_of(_json, _fx, _fx_node, _ir, _ir_op, _sourced), "error": _text})
+def _nest(depth: int, kind: str, leaf=0):
+    """A value nested `depth` maps or lists deep (msgpack decodes up to 1,024 levels in a whole record)."""
+    value = leaf
+    for i in range(depth):
+        value = [value] if kind == "list" or (kind == "mixed" and i % 2) else {"k": value}
+    return value
+
+
+_deep = st.builds(_nest, st.integers(0, 1000), st.sampled_from(["list", "dict", "mixed"]))
+# A field that should hold a name holding anything: a list or a map is unhashable where a name is a key.
+_any_name = st.one_of(_text, _json, st.just(["a", "b"]), st.just({"a": 1}))
+_snap = _dict({"type": st.one_of(_text, _any_name), "populated": st.booleans(),
+               "kind": st.one_of(st.sampled_from(["generic", "fx_graph", "fx_node", "fx_nodes", "ir_op", "ir_ops",
+                                                  "scheduler_nodes", "dataclass"]), _any_name),
+               "value": st.one_of(_json, _fx, _fx_node, _ir, _ir_op, _sourced, _deep), "error": _text})
 _user_payload = st.one_of(_json, st.fixed_dictionaries(
     {"args": st.dictionaries(st.one_of(_text, st.integers(0, 3)), st.one_of(_snap, _json), max_size=3)},
     optional={"return": st.one_of(_snap, _json)}))
@@ -199,21 +210,30 @@ def _probe(draw):
 
 
 _hook = st.tuples(st.just(schema.HOOK), _dict({
-    "target": _text, "stage": st.one_of(st.sampled_from(list(schema.STAGES)), _user_stage), "event": _text,
+    "target": _text, "stage": st.one_of(st.sampled_from(list(schema.STAGES)), _user_stage, _any_name), "event": _text,
     "resolved": st.booleans(), "installed": st.booleans(), "reason": _text, "file": _text, "line": _int,
     "signature": _text, "notes": st.lists(_text, max_size=2), "fired": _int, "errors": _int}))
 _error = st.tuples(st.just(schema.ERROR), _dict({
     "stage": st.one_of(st.sampled_from(list(schema.STAGES)), _user_stage), "target": _text, "phase": _text,
     "call": _int, "compile_id": _text, "graph": _text,
     "error": _dict({"type": _text, "message": _text, "traceback": _text})}))
-_note = st.tuples(st.just(schema.NOTE), _dict({"text": _text}))
+_note = st.tuples(st.just(schema.NOTE), _dict({"text": st.one_of(_text, _json), "level": st.one_of(_text, _json),
+                                              "stage": _any_name, "extra": _deep}))
 _end = st.tuples(st.just(schema.END), _dict({"outcome": st.sampled_from(["ok", "exit", "exception", "interrupted",
-                                                                          "signal"]), "detail": _text, "records": _int}))
-_records = st.lists(st.one_of(_probe(), _probe(), _probe(), _hook, _error, _note), max_size=14)
+                                                                          "signal"]), "detail": _text, "records": _int,
+                                             "stage": _any_name, "extra": _deep}))
+# A probe record whose payload is nested deep (a stage's shape or a user's payload).
+_deep_probe = st.tuples(st.just(schema.PROBE), st.fixed_dictionaries({
+    "stage": st.one_of(st.sampled_from(list(schema.STAGES)), _user_stage), "phase": st.just("return"),
+    "compile_id": st.just("0/0"), "graph": st.just("inference"),
+    "payload": st.one_of(_deep, st.builds(lambda d: {"nodes": [{"name": "n", "fields": {"from_node": {
+        "value": _nest(d, "list", {"name": "a", "from_node": []})}}}]}, st.integers(0, 990)),
+        st.builds(lambda d: {"args": {"x": {"type": "t", "value": d}}}, _deep))}))
+_records = st.lists(st.one_of(_probe(), _probe(), _probe(), _hook, _error, _note, _deep_probe), max_size=14)
 
 
-def _stream(records, end) -> bytes:
-    out = [_header()]
+def _stream(records, end, header: bytes | None = None) -> bytes:
+    out = [header or _header()]
     for i, (kind, body) in enumerate(records + ([end] if end else []), 1):
         out.append(msgpack.packb({**body, "kind": kind, "seq": i, "t_ns": i}, **_PACKER))
     return b"".join(out)
@@ -222,11 +242,18 @@ def _stream(records, end) -> bytes:
 def _report(trace: Trace) -> None:
     from prov_trace.report import markdown
 
+    from prov_trace.report import check, diff
+
     model = build(trace)
     for name, render in rs.renderers().items():
         out = render(model)
         assert isinstance(out, str), name
     markdown.summary_lines(model)
+    d = diff.diff(model, model)
+    for fmt in ("md", "html", "json"):
+        assert isinstance(diff.render(d, fmt), str)
+    check.render(check.check(model, [check.parse_rule("*:stack_trace>=0"), check.parse_rule("*:origins=all")]),
+                 model["stage_titles"])
 
 
 @FUZZ
@@ -235,4 +262,22 @@ def test_report_builds_and_renders_any_record_stream(records, end):
     data = _stream(records, end)
     t = _read(data)
     assert t is not None and len(t.records) == len(records) + (1 if end else 0)
+    _report(t)
+
+
+# --- a newer minor version: record kinds this reader does not know -------------------------------------
+
+_unknown = st.tuples(st.sampled_from(["widget", "gadget", "probe2", ""]), _dict({"stage": _any_name, "x": _json}))
+
+
+@FUZZ
+@given(records=st.lists(st.one_of(_probe(), _hook, _note, _unknown, _unknown), max_size=12), end=_opt(_end))
+def test_a_newer_minor_version_reads_past_unknown_kinds(records, end):
+    header = msgpack.packb({"kind": "header", "seq": 0, "t_ns": 0, "schema": schema.SCHEMA_NAME,
+                            "version": [schema.SCHEMA_VERSION[0], schema.SCHEMA_VERSION[1] + 1]}, **_PACKER)
+    t = _read(_stream(records, end, header))
+    assert t is not None
+    unknown = sum(1 for kind, _ in records if kind not in schema.RECORD_KINDS)
+    assert sum(t.unknown_kinds.values()) == unknown
+    assert len(t.records) == len(records) - unknown + (1 if end else 0)
     _report(t)

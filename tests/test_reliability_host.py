@@ -21,13 +21,13 @@ import pytest
 
 import reliability_support as rs
 from conftest import HAS_MONITORING
-from prov_trace import schema
+from prov_trace.stream import schema
 from prov_trace.probes import snapshot
-from prov_trace.probes.base import ENTRY, RETURN, Hook, Profile
+from prov_trace.contract import ENTRY, RETURN, Hook, Profile
 from prov_trace.report.model import build
-from prov_trace.report.reader import read_trace
+from prov_trace.stream.reader import read_trace
 from prov_trace.tracer.session import TraceSession
-from prov_trace.tracer.stream import TraceWriter
+from prov_trace.stream.writer import TraceWriter
 
 #: A script that compiles again and again until it is stopped.
 COMPILES_FOREVER = textwrap.dedent("""
@@ -112,7 +112,7 @@ def test_sigterm_handler_is_put_back(tmp_path):
              "atexit.register(lambda: print('after', 'default' if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else '?'))")
     proc = rs.prov_trace_with(patch, ["run", "--no-report", "-o", str(tmp_path / "t.msgpack"), str(script)], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "during <bound method _SigtermStop._handle" in proc.stdout
+    assert "during <bound method SigtermStop._handle" in proc.stdout
     assert "after default" in proc.stdout
     ignored = rs.prov_trace_with("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)",
                                  ["run", "--no-report", "-o", str(tmp_path / "t2.msgpack"), str(script)], tmp_path)
@@ -272,7 +272,7 @@ COVERED = textwrap.dedent("""
 
     with torch.no_grad():
         out = torch.compile(lambda x: torch.cos(x) * 2)(torch.ones(4))
-    print("tools", sys.monitoring.get_tool(1), sys.monitoring.get_tool(3))
+    print("tools", sys.monitoring.get_tool(1), sys.monitoring.get_tool(4), sys.monitoring.get_tool(3), sys.monitoring.get_tool(5))
     print(pick(5), pick(1), out.sum().item())
 """)
 
@@ -290,8 +290,9 @@ def test_coverage_sysmon_and_prov_trace_both_see_their_events(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=900,
                           env={**os.environ, **rs.LIGHT_ENV, "COVERAGE_CORE": "sysmon"})
     assert proc.returncode == 0, proc.stderr
-    # Both tools held their own sys.monitoring ids at once.
-    assert "tools coverage.py prov-trace" in proc.stdout, proc.stdout
+    # Both tools held their own sys.monitoring ids at once; prov-trace took 4, leaving 3 to the host
+    # and never touching 5 (CPython's optimizer id).
+    assert "tools coverage.py prov-trace None None" in proc.stdout, proc.stdout
     assert "big small" in proc.stdout
     # Coverage measured every line of the script (each one runs), through prov-trace's runner.
     data = coverage.CoverageData(basename=str(data_file))
@@ -307,18 +308,17 @@ def test_coverage_sysmon_and_prov_trace_both_see_their_events(tmp_path):
 
 TOOL_IDS_TAKEN = textwrap.dedent("""
     import json, sys
-    from prov_trace.probes.base import Profile
+    from prov_trace.contract import Profile
     from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import TraceWriter
+    from prov_trace.stream.writer import TraceWriter
 
     out = {}
-    for i in (3, 4):
-        sys.monitoring.use_tool_id(i, f"other-{i}")
+    sys.monitoring.use_tool_id(4, "other-4")
     s = TraceSession(TraceWriter(sys.argv[1] + "/a.msgpack"), Profile("p", "d", ()), log=lambda m: None)
     s.start()
-    out["two_taken"] = [s.backend.name, s.backend.tool_id]
+    out["one_taken"] = [s.backend.name, s.backend.tool_id]
     s.stop()
-    sys.monitoring.use_tool_id(5, "other-5")
+    sys.monitoring.use_tool_id(3, "other-3")
     s = TraceSession(TraceWriter(sys.argv[1] + "/b.msgpack"), Profile("p", "d", ()), log=lambda m: None)
     s.start()
     out["all_taken"] = [s.backend.name, s.backend_reason]
@@ -339,14 +339,14 @@ def test_all_tool_ids_taken_falls_back_with_a_clear_message(tmp_path):
                           text=True, timeout=600, env={**os.environ, **rs.LIGHT_ENV})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[0])
-    assert out["two_taken"] == ["monitoring", 5]
+    assert out["one_taken"] == ["monitoring", 3]
     backend, reason = out["all_taken"]
-    assert backend != "monitoring"
-    assert "every sys.monitoring tool id prov-trace may use is taken: 3 (other-3), 4 (other-4), 5 (other-5)" in reason
-    assert out["holders"] == ["other-3", "other-4", "other-5"]  # never evicted
+    assert backend == "inject"
+    assert "every sys.monitoring tool id prov-trace may use is taken: 4 (other-4), 3 (other-3)" in reason
+    assert out["holders"] == ["other-3", "other-4", None]  # never evicted, and 5 (the optimizer's) never taken
     assert "script ran" in proc.stdout
     line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("prov-trace: backend "))
-    assert "taken: 3 (other-3), 4 (other-4), 5 (other-5)" in line, proc.stderr
+    assert "taken: 4 (other-4), 3 (other-3)" in line, proc.stderr
     assert read_trace(tmp_path / "c.msgpack").header["backend"] == backend
 
 
