@@ -66,7 +66,7 @@ BACKEND_CASES = ("monitoring", "inject", "settrace")
 
 def available_cases() -> list[str]:
     sys.path.insert(0, str(REPO))
-    from prov_trace.tracer.backends import BACKENDS
+    from prov_trace.tracer.core import BACKENDS
 
     cases = ["untraced"]
     cases += [b for b in BACKEND_CASES if b in BACKENDS and BACKENDS[b].unavailable_reason() is None]
@@ -112,7 +112,7 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
         from patch_capture import PatchCapture
 
         from prov_trace.probes.profiles import INDUCTOR_CPU
-        from prov_trace.tracer.stream import TraceWriter
+        from prov_trace.stream.writer import TraceWriter
 
         import importlib
 
@@ -135,7 +135,7 @@ def run_case(case: str, model_name: str, trace_path: str) -> dict:
     else:
         from prov_trace.probes.profiles import INDUCTOR_CPU
         from prov_trace.tracer.session import TraceSession
-        from prov_trace.tracer.stream import TraceWriter
+        from prov_trace.stream.writer import TraceWriter
 
         class TimedSession(TraceSession):
             """Adds up the time spent in the tracer's own code: start, stop, late installs, every event."""
@@ -210,7 +210,7 @@ def _a_target(x):
 def micro(calls: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     """ns per call, for a non-target and for a target (no-op dispatch), per backend active."""
     sys.path.insert(0, str(REPO))
-    from prov_trace.tracer.backends import BACKENDS, choose
+    from prov_trace.tracer.core import BACKENDS, choose
 
     def noop(code, phase, frame, retval):
         return None

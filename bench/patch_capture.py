@@ -25,9 +25,10 @@ import time
 import types
 from typing import Any
 
-from prov_trace import __version__, schema
-from prov_trace.probes.base import ENTRY, RETURN, Hook, ProbeCall, Profile
-from prov_trace.tracer.stream import TraceWriter
+from prov_trace import __version__
+from prov_trace.stream import schema
+from prov_trace.contract import ENTRY, RETURN, Hook, ProbeCall, Profile
+from prov_trace.stream.writer import TraceWriter
 from prov_trace.tracer.targets import TargetSpec, resolve
 
 

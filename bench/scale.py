@@ -43,7 +43,7 @@ def child(mode: str, target: str, trace: str) -> None:
     if mode == "traced":
         from prov_trace.probes.profiles import INDUCTOR_CPU
         from prov_trace.tracer.session import TraceSession
-        from prov_trace.tracer.stream import TraceWriter
+        from prov_trace.stream.writer import TraceWriter
 
         t0 = time.perf_counter()
         with TraceSession(TraceWriter(trace), INDUCTOR_CPU, log=lambda m: None):
@@ -66,7 +66,7 @@ def _spawn(mode: str, target: str, trace: str) -> dict:
 def measure(name: str, target: str, workdir: str) -> dict:
     from prov_trace.report import html, jsonout, markdown
     from prov_trace.report.model import build
-    from prov_trace.report.reader import read_trace
+    from prov_trace.stream.reader import read_trace
 
     trace = os.path.join(workdir, f"{name}.msgpack")
     untraced = _spawn("untraced", target, trace)
