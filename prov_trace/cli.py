@@ -1,9 +1,11 @@
-"""The `prov-trace` command line.
+"""The `prov-trace` command line: parses arguments, calls the API, maps errors to exit statuses.
 
 Exit status (also in `prov-trace --help` and the README):
-  0  success
+  0  success (a model run with --torch-spyre on the CPU stand-in: compiled and traced, kernels not run)
   1  for `run` of a script: the script's own status (1 for an uncaught exception)
-  2  bad input: a usage error, a file that is not a trace, an output that cannot be written
+  2  bad input: a usage error, a file that is not a trace, an output that cannot be written,
+     a --torch-spyre DIR that is not a torch-spyre tree or needs _C symbols the stand-in lacks,
+     a torch older than 2.10 (the oldest supported; one newer than the newest tested only warns)
   130  interrupted (Ctrl-C)
   143  stopped by SIGTERM (the trace gets its end record and the report is written first)
 A traced script's own exit status always wins for `run PROGRAM`.
@@ -11,134 +13,128 @@ A traced script's own exit status always wins for `run PROGRAM`.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sys
-import tempfile
-from typing import Any
+import time
+from typing import Any, Callable
 
 import click
 
-from prov_trace import __version__
+#: When the command line's module (and click) finished importing: the first phase mark of a run.
+IMPORTED = time.time()
 
-EXIT_OK = 0
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+from prov_trace import torchver
+from prov_trace.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, ProvTraceError
+from prov_trace.version import VERSION
 
 DEFAULT_TRACE = "prov-trace.msgpack"
 DEFAULT_REPORT = "provenance_audit.md"
+from prov_trace.report.formats import FORMATS
+PROFILES = ("auto", "inductor-cpu", "inductor-triton", "spyre")
+BACKENDS = ("auto", "monitoring", "inject", "settrace")
 
-_EXIT_HELP = """\b
+_RUN_EXIT_HELP = """\b
 Exit status:
-  0    success
+  0    success; with --torch-spyre on the CPU stand-in, a model's compile was
+       traced and its Spyre kernels were not run (a note on stderr says so)
   1    `run PROGRAM`: the program's own status (1 for an uncaught exception)
-  2    bad input: usage error, unreadable trace, unwritable output
+  2    bad input: usage error, unreadable trace, unwritable output, a
+       --torch-spyre DIR that is not a torch-spyre tree or needs _C symbols
+       the stand-in lacks (named), a torch older than 2.10
   130  interrupted (Ctrl-C)
   143  stopped by SIGTERM (trace and report are finished first)
 """
-
-
-def _say(msg: str) -> None:
-    click.echo(f"prov-trace: {msg}", err=True)
-
-
-def _fail(msg: str, code: int = EXIT_BAD_INPUT) -> "click.exceptions.Exit":
-    click.echo(f"prov-trace: error: {msg}", err=True)
-    return click.exceptions.Exit(code)
-
-
-def _check_writable(path: str, what: str) -> None:
-    """Say before anything runs if an output can't be written."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    if os.path.isdir(path):
-        raise _fail(f"the {what} path {path} is a directory: give a file name")
-    if not os.path.isdir(directory):
-        raise _fail(f"cannot write the {what} to {path}: the directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise _fail(f"cannot write the {what} to {path}: the directory {directory} is not writable")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` in one step: write a temp file beside it, then rename."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".prov-trace-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(text)
-        # mkstemp makes the file 0600; give it the mode a plain open() would (0666 less the umask).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _write_output(path: str, text: str, what: str) -> None:
-    """write_atomic, with a failure (a full disk, a read-only directory) as one sentence and exit 2."""
-    try:
-        write_atomic(path, text)
-    except OSError as exc:
-        raise _fail(f"could not write the {what} to {path}: {exc.strerror or exc}; "
-                    f"{'the file there is unchanged' if os.path.exists(path) else 'nothing was written'}") from None
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
-def build_report(trace_path: str) -> dict[str, Any]:
-    from prov_trace.report.model import build
-    from prov_trace.report.reader import read_trace
-
-    return build(read_trace(trace_path))
-
-
-FORMATS = ("auto", "md", "html", "json")
+_REPORT_EXIT_HELP = """\b
+Exit status:
+  0    the report was written
+  2    bad input: usage error, a file that is not a trace, an unwritable output
+  130  interrupted (Ctrl-C)
+"""
+_TORCH_SPYRE_HELP = ("Compile through the torch-spyre source tree DIR (the folder holding torch_spyre/; also "
+                     "$PROV_TRACE_TORCH_SPYRE). Its own torch_spyre._C is used when it imports; without a Spyre "
+                     "card, prov-trace's CPU stand-in takes _C's place: the compile path is real (FX and IR passes, "
+                     "OpSpecs, SuperDSC bundles), kernels are not run. See docs/spyre.md.")
 _FORMAT_HELP = "Report format: md, html (one self-contained file), json. `auto` takes it from the output's suffix (.html, .json), else md."
 
 
-def output_format(path: str | None, fmt: str) -> str:
-    """The format to write: the one asked for, else the one the output path's suffix names, else Markdown."""
-    if fmt != "auto":
-        return fmt
-    suffix = os.path.splitext(path or "")[1].lower()
-    return {".html": "html", ".htm": "html", ".json": "json"}.get(suffix, "md")
+def _printable(msg: str) -> str:
+    """A message for the terminal: what came from the user's files or the trace (a path, a TOML value)
+    may hold NUL or escape sequences, shown as \\xNN instead of reaching the terminal."""
+    from prov_trace.report.text import clean
+
+    return clean(msg)
 
 
-def render_report(model: dict[str, Any], fmt: str) -> str:
-    if fmt == "html":
-        from prov_trace.report import html
-
-        return html.render(model)
-    if fmt == "json":
-        from prov_trace.report import jsonout
-
-        return jsonout.render(model)
-    from prov_trace.report import markdown
-
-    return markdown.render(model)
+def _say(msg: str) -> None:
+    click.echo(f"prov-trace: {_printable(msg)}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=_EXIT_HELP)
-@click.version_option(__version__, prog_name="prov-trace")
+class CliError(click.ClickException):
+    """A ProvTraceError on the command line: ``prov-trace: error: <one sentence>``, and its exit status."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"prov-trace: error: {_printable(self.format_message())}", err=True)
+
+
+def _user_errors(fn: Callable) -> Callable:
+    """Turn the API's ProvTraceError into a CliError with its exit status."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ProvTraceError as exc:
+            raise CliError(str(exc), exc.exit_code) from None
+
+    return wrapper
+
+
+class _Group(click.Group):
+    """Every error in one form, ``prov-trace: error: ...``, and Ctrl-C as exit 130, not click's ``Aborted!``."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
+        except CliError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"prov-trace: error: {_printable(exc.format_message())}{hint}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except click.ClickException as exc:
+            click.echo(f"prov-trace: error: {_printable(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("prov-trace: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_RUN_EXIT_HELP)
+@click.version_option(VERSION, prog_name="prov-trace")
 def cli() -> None:
     """Trace where source provenance survives, and where it is dropped, through torch.compile.
 
     \b
     prov-trace run examples/reference_mlp.py:SimpleMLP   audit a model
     prov-trace run train.py --steps 3                    trace an existing compile script
+    prov-trace run examples/export_aoti.py               trace torch.export + AOTInductor
     prov-trace report prov-trace.msgpack -o audit.md     rebuild the report from a trace
 
     Nothing is monkey-patched: the tracer watches only the compile pipeline's
     own functions (sys.monitoring on Python 3.12+), reads their arguments and
     results into plain data, and streams them to a msgpack file.
+    Supports torch 2.10 and newer (docs/compat.md).
     """
 
 
@@ -163,40 +159,66 @@ class _RunCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
+_PATH_OUT = click.Path(dir_okay=False)
+_PATH_IN = click.Path(dir_okay=False)
+
+
 @cli.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-             epilog=_EXIT_HELP)
-@click.argument("target", required=False)
+             epilog=_RUN_EXIT_HELP)
+@click.argument("target", required=False, type=click.Path())
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module_name", metavar="MODULE", help="Run a module as a script, like `python -m MODULE ARGS...`.")
-@click.option("-o", "--output", default=DEFAULT_TRACE, show_default=True, metavar="TRACE",
-              help="Where to write the trace stream (msgpack).")
-@click.option("--report", "report_path", default=DEFAULT_REPORT, show_default=True, metavar="FILE",
+@click.option("-o", "--output", default=DEFAULT_TRACE, show_default=True, metavar="TRACE", type=click.Path(),
+              help="Where to write the trace stream (msgpack). Each child process that compiles writes its own "
+                   "stream beside it, in TRACE's name with .procs for .msgpack (prov-trace.procs/). A directory "
+                   "(a path ending in /, or an existing directory) holds every process's stream, this one's too: "
+                   "rank-N.msgpack for a rank, else pid-N.msgpack. See docs/processes.md.")
+@click.option("--report", "report_path", default=DEFAULT_REPORT, show_default=True, metavar="FILE", type=_PATH_OUT,
               help="Where to write the report (with --format html or json the default suffix follows the format).")
 @click.option("--format", "report_format", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
 @click.option("--no-report", is_flag=True, help="Write only the trace; build the report later with `prov-trace report`.")
-@click.option("--profile", default="auto", show_default=True,
-              help="Which pipeline's hooks to watch: auto, inductor-cpu, inductor-triton, spyre. `auto` picks by the "
-                   "model's device (spyre, cuda, else cpu), or for a script by the machine, and says why.")
+@click.option("--profile", type=click.Choice(PROFILES), default="auto", show_default=True,
+              help="Which pipeline's hooks to watch. `auto` picks by the model's device (spyre, cuda, else cpu), "
+                   "or for a script by the machine, and says why.")
 @click.option("--probe", "probe_specs", multiple=True, metavar="TARGET",
               help="Also watch a function of your own: 'pkg.mod:Qual.name[@entry|@return|@both][=STAGE]' "
                    "(repeatable). Its snapshots become the report column STAGE. See docs/probes.md.")
-@click.option("--probes", "probes_file", metavar="FILE.toml",
+@click.option("--probes", "probes_file", metavar="FILE.toml", type=click.Path(dir_okay=False),
               help="Probes from a TOML file of [[probe]] tables (target, event, stage). See docs/probes.md.")
-@click.option("--backend", default="auto", show_default=True,
-              help="Event backend: auto, monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
+              help="Event backend: monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
                    "bytecode), settrace (any Python, slowest). `auto` takes the best available and says why.")
+@click.option("--tool-id", type=click.IntRange(0, 5), default=None, metavar="ID",
+              help="The sys.monitoring tool id to hold (monitoring backend). Default: 4, leaving 3 (the first id "
+                   "no tool is assigned) to the program; 3 if 4 is taken; never 5 (CPython's optimizer). "
+                   "The id held is in the trace header.")
 @click.option("--input-shape", metavar="SHAPE", help="Model input shape, e.g. 2,128 (model targets only).")
-@click.option("--dtype", default="float32", show_default=True, help="Input dtype for --input-shape.")
-@click.option("--device", default="cpu", show_default=True, help="Device for the model and its inputs.")
+@click.option("--dtype", default=None, help="Input dtype for --input-shape.  [default: float32; with --torch-spyre "
+                                              "float16, weights too: torch-spyre refuses float32 matmuls]")
+@click.option("--device", default=None, help="Device for the model and its inputs.  [default: cpu; spyre with "
+                                               "--torch-spyre]")
 @click.option("--eval/--train", "eval_mode", default=True, show_default=True,
               help="--eval runs one forward under torch.no_grad() (one inference graph); "
                    "--train also runs backward (forward and backward graphs).")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No live progress. By default each stage is shown on stderr as it fires (one line rewritten "
+                   "on a terminal; elsewhere a line per stage per graph).")
 @click.option("--keep-caches", is_flag=True,
               help="Leave Inductor's caches on. By default they are defeated: a cache hit skips lowering and "
                    "codegen, and stages after post-grad would never fire.")
+@click.option("--no-follow", is_flag=True,
+              help="Trace this process only. By default every Python process the program starts (multiprocessing "
+                   "and torch.multiprocessing workers, subprocess children, torchrun's ranks) is traced too, each "
+                   "into its own stream, and the report merges them.")
+@click.option("--torch-spyre", "torch_spyre", metavar="DIR", envvar="PROV_TRACE_TORCH_SPYRE", type=click.Path(),
+              help=_TORCH_SPYRE_HELP + " A model goes to the spyre device in float16 and is run once: every graph "
+                   "compiles, then the run ends with exit 0 and a note that its kernels were not run; a script "
+                   "stops at its first kernel launch.")
+@_user_errors
 def run(target: str | None, args: tuple[str, ...], module_name: str | None, output: str, report_path: str,
-        report_format: str, no_report: bool, profile: str, probe_specs: tuple[str, ...], probes_file: str | None, backend: str,
-        input_shape: str | None, dtype: str, device: str, eval_mode: bool, keep_caches: bool) -> None:
+        report_format: str, no_report: bool, profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
+        backend: str, tool_id: int | None, input_shape: str | None, dtype: str | None, device: str | None,
+        eval_mode: bool, keep_caches: bool, quiet: bool, no_follow: bool, torch_spyre: str | None) -> int:
     """Trace one compile: a model target, a script, or a module.
 
     \b
@@ -205,8 +227,10 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
       package.module:Attr    arguments) or a zero-argument function returning a module.
                              It is compiled once on the CPU with caches defeated and run once.
       path/to/script.py      a script, run unmodified the way `python` runs it, with ARGS;
-                             every compile it makes is traced.
+                             every compile it makes is traced, with any torch.compile
+                             backend, and torch.export + AOTInductor too.
     Use -m MODULE ARGS... to run a module like `python -m`.
+    prov-trace's options go before a script (after it they are the script's own).
 
     \b
     Model inputs come from, in order: --input-shape (with --dtype, --device);
@@ -217,218 +241,99 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     per-stage summary: which hooks resolved and fired, and how many objects
     each stage produced.
     """
-    from prov_trace import runner
+    from prov_trace import api
 
-    if module_name:
-        if target is not None:
-            args = (target, *args)
-        kind = "module"
-    elif target is None:
-        raise _fail("nothing to run: give a model (file.py:Class), a script (file.py), or -m MODULE; see --help")
-    elif runner.ModelTarget.parse(target) is not None and not os.path.isfile(target):
-        kind = "model"
-        if args:
-            raise _fail(f"a model target takes no arguments, but got: {' '.join(args)}")
-    elif target.endswith(".py") or os.path.isfile(target):
-        kind = "script"
-    else:
-        raise _fail(f"'{target}' is neither a model target (file.py:Class or module:Class) nor a Python script")
-
-    extra_hooks = _user_hooks(probe_specs, probes_file)
-    _check_writable(output, "trace")
-    if report_path == DEFAULT_REPORT and report_format in ("html", "json"):
-        report_path = os.path.splitext(DEFAULT_REPORT)[0] + "." + report_format
-    report_format = output_format(report_path, report_format)
-    if not no_report:
-        _check_writable(report_path, "report")
-        if _same_file(report_path, output):
-            raise _fail(f"the report and the trace are the same file ({output}): give them different paths")
-    if not keep_caches:
-        runner.defeat_caches()
-
-    model = inputs = None
-    if kind == "model":
-        mt = runner.ModelTarget.parse(target)
-        try:
-            module = runner.load_module(mt.module)
-            import torch
-
-            model = runner.build_model(module, mt.attr).to(device)
-            inputs, origin = runner.example_inputs(model, module, input_shape, dtype, device)
-        except runner.UsageError as exc:
-            raise _fail(str(exc)) from None
-        _say(f"inputs from {origin}: " + ", ".join(f"{tuple(i.shape)} {i.dtype}" for i in inputs if isinstance(i, torch.Tensor)))
-    elif kind == "script" and not os.path.isfile(target):
-        raise _fail(f"there is no file {target}: give the path to a Python script")
-    elif kind == "module" and not runner.module_exists(module_name):
-        raise _fail(f"no module named {module_name}: check the name, or run from the directory that holds it")
-
-    from prov_trace.probes import profiles as _profiles
-    from prov_trace.tracer.backends import BackendUnavailable
-    from prov_trace.tracer.session import TraceSession
-    from prov_trace.tracer.stream import StreamError, TraceWriter
-
-    try:
-        prof, why = _profiles.choose(profile, device=_model_device(model, device) if kind == "model" else None)
-    except KeyError as exc:
-        raise _fail(exc.args[0]) from None
-    _say(f"profile {prof.name}: {why}")
-    try:
-        writer = TraceWriter(output)
-    except StreamError as exc:
-        raise _fail(str(exc)) from None
-    argv = ["prov-trace", "run", *([f"-m {module_name}"] if module_name else []), *([target] if target and not module_name else []), *args]
-    session = TraceSession(writer, prof, backend=backend, argv=argv, log=_say, extra_hooks=extra_hooks,
-                           header_extra={"target": target if not module_name else f"-m {module_name}", "target_kind": kind,
-                                         "train": not eval_mode})
-    try:
-        session.start()
-    except BackendUnavailable as exc:
-        writer.close()
-        raise _fail(str(exc)) from None
-
-    exit_code = EXIT_OK
-    sigterm = _SigtermStop(session)
-    sigterm.install()
-    try:
-        if kind == "model":
-            try:
-                runner.run_model(model, inputs, train=not eval_mode)
-            except KeyboardInterrupt:
-                session.stop("interrupted", "KeyboardInterrupt")
-                exit_code = EXIT_INTERRUPTED
-            except runner.Terminated as exc:
-                session.stop("signal", exc.name)
-                exit_code = exc.exit_code
-            except BaseException as exc:  # the model's own failure: report it, keep the trace
-                import traceback
-
-                traceback.print_exc()
-                session.stop("exception", f"{type(exc).__name__}: {exc}")
-                exit_code = 1
-            else:
-                session.stop("ok")
-        else:
-            result = runner.run_program(module_name or target, list(args), as_module=kind == "module")
-            session.stop(result.outcome, result.detail)
-            exit_code = result.exit_code
-    except runner.Terminated as exc:  # in the instant between the program's end and the session's stop
-        if session.ended is None:
-            session.stop("signal", exc.name)
-        exit_code = exc.exit_code
-    finally:
-        if session.ended is None:
-            session.stop("exception", "prov-trace stopped unexpectedly")
-
-    try:
-        if session.ended and session.ended.get("outcome") == "signal":
-            _say(f"stopped by {session.ended.get('detail')}: the trace and report hold what ran before it")
-        if writer.failure:
-            _say(f"warning: {writer.failure}; the trace holds what was written before that")
-        _say(f"trace written to {output} ({writer.records_written} records, {writer.bytes_written} bytes)")
-        if not no_report:
-            _finish_report(output, report_path, report_format)
-        sys.stdout.flush()
-    finally:
-        sigterm.restore()
-    if sigterm.late is not None:  # a SIGTERM while the trace and report were being finished
-        exit_code = 128 + sigterm.late
-    raise click.exceptions.Exit(exit_code)
+    api.PHASES.append(("prov-trace imported", IMPORTED))
+    result = api.run(target, args, module=module_name, output=output, report=None if no_report else report_path,
+                     report_format=report_format, profile=profile, backend=backend, probes=probe_specs,
+                     probes_file=probes_file, keep_caches=keep_caches, tool_id=tool_id, input_shape=input_shape,
+                     dtype=dtype, device=device, train=not eval_mode, log=_say, progress=not quiet,
+                     torch_spyre=torch_spyre, follow=not no_follow)
+    if result.report is not None:
+        click.echo("\n".join(result.report.summary_lines()))
+    sys.stdout.flush()
+    if result.exit_code != 0 and target is not None and ":" not in target:
+        mine = _own_options(args)
+        if mine:
+            _say(f"prov-trace options go before the script: {', '.join(mine)} came after it, so the script got "
+                 f"them; write `prov-trace run {' '.join(mine)} ... {target} ...`")
+    return result.exit_code
 
 
-class _SigtermStop:
-    """SIGTERM while the traced program runs: a clean stop, like Ctrl-C.
-
-    The handler raises ``runner.Terminated`` in the main thread, which unwinds the
-    program; the trace gets an end record (outcome ``signal``), the report is
-    written, and `run` exits 128 + 15. It is installed only where SIGTERM has its
-    default action (a program started with SIGTERM ignored keeps ignoring it), and
-    the previous handler is put back when `run` ends. A SIGTERM that comes after
-    the program ended is remembered: the trace and report are finished first.
-    """
-
-    def __init__(self, session: Any):
-        self.session = session
-        self.previous: Any = None
-        self.late: int | None = None
-
-    def install(self) -> None:
-        import signal
-
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-            if previous != signal.SIG_DFL:
-                return
-            signal.signal(signal.SIGTERM, self._handle)
-            self.previous = previous
-        except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGTERM on this platform
-            self.previous = None
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        from prov_trace.runner import Terminated
-
-        if self.session.ended is None and getattr(self.session, "_active", False):
-            raise Terminated(signum)
-        if self.late is None:
-            self.late = signum
-
-    def restore(self) -> None:
-        import signal
-
-        if self.previous is not None:
-            try:
-                signal.signal(signal.SIGTERM, self.previous)
-            except (ValueError, OSError):
-                pass
-            self.previous = None
+def _own_options(args: tuple[str, ...]) -> list[str]:
+    """The options of `prov-trace run` among a script's own arguments (a likely mistake when the script fails)."""
+    names = {o for p in run.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+    found = []
+    for a in args:
+        opt = a.split("=", 1)[0]
+        if opt in names and opt not in ("-h", "--help") and opt not in found:
+            found.append(opt)
+    return found
 
 
-def _user_hooks(probe_specs: tuple[str, ...], probes_file: str | None) -> tuple:
-    """The hooks of --probe and --probes; a wrong one is bad input (exit 2) before anything runs."""
-    from prov_trace.probes import user
+def _load(path: str) -> Any:
+    from prov_trace.api import load
 
-    try:
-        probes = [user.parse_spec(t) for t in probe_specs]
-        if probes_file:
-            probes += user.load_file(probes_file)
-        return user.hooks_for(probes)
-    except user.ProbeSpecError as exc:
-        raise _fail(str(exc)) from None
+    return load(path)
 
 
-def _model_device(model: Any, default: str) -> str:
-    """The device type the model's parameters (else buffers) live on."""
-    for tensors in (model.parameters(), model.buffers()):
-        for t in tensors:
-            return t.device.type
-    return default.split(":")[0]
+def _load_run(paths: tuple[str, ...], run_id: str | None) -> Any:
+    from prov_trace.api import load_run
+
+    return load_run(*paths, run=run_id)
 
 
-def _finish_report(trace_path: str, report_path: str, fmt: str = "md") -> None:
-    from prov_trace.report import markdown
-    from prov_trace.report.reader import TraceReadError
+def _emit(text: str, output: str, what: str, reads: tuple[str, ...]) -> None:
+    """Write `text` to `output` (`-`: stdout), refusing to overwrite a file it reads."""
+    from prov_trace import files
 
-    try:
-        model = build_report(trace_path)
-    except TraceReadError as exc:
-        _say(f"no report: {exc}")
+    if output == "-":
+        click.echo(text, nl=False)
         return
+    for t in reads:
+        if os.path.exists(t) and files.same_file(output, t):
+            raise CliError(f"the {what} would overwrite the trace it reads ({t}): give another -o path")
+    files.write_output(output, text, what)
+    _say(f"{what} written to {output}")
+
+
+_RUN_HELP = "With streams of several runs there, report the one with this run id (the header's run_id)."
+
+
+def _load_many(paths: tuple[str, ...], run_id: str | None) -> Any:
+    """One trace file: its Report, as ever. A directory or several files: the run's merged RunReport."""
+    from prov_trace.api import load_run
+
+    if len(paths) == 1 and not os.path.isdir(paths[0]) and run_id is None:
+        return _load(paths[0])
+    return load_run(*paths, run=run_id)
+
+
+def _inputs(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The stream files `paths` name (a directory's *.msgpack), for the never-overwrite-an-input check."""
+    from prov_trace.report.ranks import find_streams
+
     try:
-        write_atomic(report_path, render_report(model, fmt))
-    except OSError as exc:
-        _say(f"could not write the report to {report_path}: {exc.strerror or exc}")
-    else:
-        _say(f"report written to {report_path}")
-    click.echo("\n".join(markdown.summary_lines(model)))
+        return tuple(find_streams(list(paths))[0])
+    except ProvTraceError:
+        return paths
 
 
-@cli.command(epilog=_EXIT_HELP)
-@click.argument("trace", metavar="TRACE")
-@click.option("-o", "--output", default=DEFAULT_REPORT, show_default=True, metavar="FILE",
+@cli.command(epilog=_REPORT_EXIT_HELP)
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", default=DEFAULT_REPORT, show_default=True, metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="Where to write the report; `-` writes to stdout. A .html or .json suffix sets the format.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
-def report(trace: str, output: str, fmt: str) -> None:
+@click.option("--run", "run_id", metavar="ID", help=_RUN_HELP)
+@_user_errors
+def report(traces: tuple[str, ...], output: str, fmt: str, run_id: str | None) -> int:
     """Rebuild the report from a trace stream, without importing torch.
+
+    Given a directory (what `run -o DIR/` wrote, a .procs directory, or the
+    directories copied from several nodes into one) or several streams, one
+    report over every process: the ranks that compiled the same shown once,
+    a divergence section naming each rank that compiled differently and its
+    first difference, then the reference rank's report (docs/processes.md).
 
     \b
     Formats (docs/report.md):
@@ -440,47 +345,46 @@ def report(trace: str, output: str, fmt: str) -> None:
     A trace cut short (a crash, a kill) is read up to its last whole record,
     and the report opens with a banner saying it is partial.
     """
-    from prov_trace.report.reader import TraceReadError
+    from prov_trace import files
+    from prov_trace.api import report_path_for
+    from prov_trace.report.formats import output_format
 
-    if output == DEFAULT_REPORT and fmt in ("html", "json"):
-        output = os.path.splitext(DEFAULT_REPORT)[0] + "." + fmt
+    output = report_path_for(output, fmt)
     fmt = output_format(output, fmt)
+    reads = _inputs(traces)
     if output != "-":
-        _check_writable(output, "report")
-        if os.path.exists(trace) and _same_file(output, trace):
-            raise _fail(f"the report would overwrite the trace it reads ({trace}): give another -o path")
-    try:
-        model = build_report(trace)
-    except TraceReadError as exc:
-        raise _fail(str(exc)) from None
-    text = render_report(model, fmt)
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        _write_output(output, text, "report")
-        _say(f"report written to {output}")
-    if model["trace"]["problem"]:
-        _say(f"the trace is partial: {model['trace']['problem']}")
+        files.check_writable(output, "report")
+        for trace in reads:
+            if os.path.exists(trace) and files.same_file(output, trace):
+                raise CliError(f"the report would overwrite the trace it reads ({trace}): give another -o path")
+    rep = _load_many(traces, run_id)
+    _emit(rep.render(fmt), output, "report", reads)
+    if rep.partial:
+        _say(f"the trace is partial: {rep.partial}")
+    return EXIT_OK
 
 
 _DIFF_EXIT_HELP = """\b
 Exit status:
-  0    compared (with --fail-on-regression: and no field's population dropped)
-  1    --fail-on-regression: a field's population dropped at some stage
+  0    compared (with --fail-on-regression: and nothing regressed)
+  1    --fail-on-regression: B lost a graph A had, or a field's population
+       dropped at some stage
   2    bad input: usage error, a file that is not a trace, an unwritable output
+  130  interrupted (Ctrl-C)
 """
 
 
 @cli.command(epilog=_DIFF_EXIT_HELP)
-@click.argument("trace_a", metavar="A")
-@click.argument("trace_b", metavar="B")
-@click.option("-o", "--output", default="-", show_default=True, metavar="FILE",
+@click.argument("trace_a", metavar="A", type=click.Path())
+@click.argument("trace_b", metavar="B", type=click.Path())
+@click.option("-o", "--output", default="-", show_default=True, metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="Where to write the diff; `-` prints it. A .html, .json or .md suffix sets the format.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="md, html or json; `auto` takes it from the output's suffix, else md.")
 @click.option("--fail-on-regression", is_flag=True,
-              help="Exit 1 when any field's population dropped at any stage from A to B.")
-def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: bool) -> None:
+              help="Exit 1 when B lost a graph A had, or any field's population dropped at any stage from A to B.")
+@_user_errors
+def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: bool) -> int:
     """Compare two traces A (before) and B (after).
 
     \b
@@ -491,37 +395,47 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
         and lineage edges added or removed;
       - source lines whose provenance now ends at an earlier (or later) stage.
     A field's population dropped when B populates a smaller fraction of a
-    stage's objects than A did, or B did not measure that stage at all.
+    stage's objects than A did, or B did not measure that stage at all; a
+    graph A has and B lacks (B compiled less, or nothing) is a regression too.
+
+    A or B may be a directory of a run's streams: then rank is compared with
+    rank (a single trace against each rank of the other side), and a rank A
+    has and B lacks is a regression.
     """
+    from prov_trace import files
     from prov_trace.report import diff as _diff
-    from prov_trace.report.reader import TraceReadError
+    from prov_trace.report.formats import output_format
 
     fmt = output_format(output, fmt)
     if output != "-":
-        _check_writable(output, "diff")
+        files.check_writable(output, "diff")
         for t in (trace_a, trace_b):
-            if os.path.exists(t) and _same_file(output, t):
-                raise _fail(f"the diff would overwrite the trace it reads ({t}): give another -o path")
-    try:
-        a = build_report(trace_a)
-        b = build_report(trace_b)
-    except TraceReadError as exc:
-        raise _fail(str(exc)) from None
-    d = _diff.diff(a, b)
-    text = {"md": _diff.render_markdown, "html": _diff.render_html, "json": _diff.render_json}[fmt](d)
-    if output == "-":
-        click.echo(text, nl=False)
-    else:
-        _write_output(output, text, "diff")
-        _say(f"diff written to {output}")
-    for which, m in (("A", a), ("B", b)):
-        if m["trace"]["problem"]:
-            _say(f"trace {which} is partial: {m['trace']['problem']}")
+            if os.path.exists(t) and files.same_file(output, t):
+                raise CliError(f"the diff would overwrite the trace it reads ({t}): give another -o path")
+    if os.path.isdir(trace_a) or os.path.isdir(trace_b):
+        from prov_trace.api import load_run
+        from prov_trace.report import ranks
+
+        ra, rb = load_run(trace_a), load_run(trace_b)
+        d = ra.diff(rb)
+        _emit(ranks.render_run_diff(d, fmt), output, "diff", _inputs((trace_a, trace_b)))
+        for which, rep in (("A", ra), ("B", rb)):
+            if rep.partial:
+                _say(f"{which} is partial: {rep.partial}")
+        if fail_on_regression and d["regressions"]:
+            _say(f"{len(d['regressions'])} regression(s): " + "; ".join(ranks.describe(r) for r in d["regressions"][:5]))
+            return 1
+        return EXIT_OK
+    a, b = _load(trace_a), _load(trace_b)
+    d = a.diff(b)
+    _emit(_diff.render(d, fmt), output, "diff", (trace_a, trace_b))
+    for which, rep in (("A", a), ("B", b)):
+        if rep.partial:
+            _say(f"trace {which} is partial: {rep.partial}")
     if fail_on_regression and d["regressions"]:
-        _say(f"{len(d['regressions'])} field population drop(s): " + "; ".join(
-            f"{r['field']} at {r['stage']} in graph {r['graph']}" for r in d["regressions"][:5]))
-        raise click.exceptions.Exit(1)
-    raise click.exceptions.Exit(EXIT_OK)
+        _say(f"{len(d['regressions'])} regression(s): " + "; ".join(_diff.describe(r) for r in d["regressions"][:5]))
+        return 1
+    return EXIT_OK
 
 
 _CHECK_EXIT_HELP = """\b
@@ -530,17 +444,24 @@ Exit status:
   1    some rule fails (each failure is listed)
   2    bad input: a rule that cannot be read or names no stage or field,
        a file that is not a trace
+  130  interrupted (Ctrl-C)
 """
 
 
 @cli.command(epilog=_CHECK_EXIT_HELP)
-@click.argument("trace", metavar="TRACE")
-@click.option("--require", "rules", multiple=True, required=True, metavar="RULE",
+@click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
+@click.option("--require", "rules", multiple=True, metavar="RULE",
               help="A rule STAGE:FIELD=LEVEL or STAGE:FIELD>=FRACTION (repeatable), e.g. kernel_spec:origins=all, "
-                   "post_grad:stack_trace>=0.5, '*:stack_trace>=50%'.")
+                   "'post_grad:stack_trace>=0.5', '*:stack_trace>=50%'. Quote a rule that holds > or <.")
 @click.option("--graph", "graphs", multiple=True, metavar="LABEL",
               help="Check only this graph, e.g. '0/0 inference' (repeatable). Default: every graph.")
-def check(trace: str, rules: tuple[str, ...], graphs: tuple[str, ...]) -> None:
+@click.option("--require-ranks-agree", is_flag=True,
+              help="Over a run's streams (a directory): fail when any rank compiled differently from rank 0 "
+                   "(graphs, node or kernel counts, kernel names, a matrix cell), or a rank's stream is cut or missing.")
+@click.option("--run", "run_id", metavar="ID", help=_RUN_HELP)
+@_user_errors
+def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ...], require_ranks_agree: bool,
+          run_id: str | None) -> int:
     """Gate CI on provenance: check rules over a trace's Stage × Field matrix.
 
     \b
@@ -551,49 +472,55 @@ def check(trace: str, rules: tuple[str, ...], graphs: tuple[str, ...]) -> None:
       OP     = (== too) with LEVEL all | any | none
              = == >= > <= < with a fraction 0..1 or a percentage (50%)
     A rule holds when it holds in every graph. A stage that did not fire fails.
+    Quote each rule: in a shell, > and < redirect.
 
     \b
     Examples:
-      prov-trace check t.msgpack --require kernel_spec:origins=all
-      prov-trace check t.msgpack --require post_grad:stack_trace>=0.5 --require ir_post:traceback=any
+      prov-trace check t.msgpack --require 'kernel_spec:origins=all'
+      prov-trace check t.msgpack --require 'post_grad:stack_trace>=0.5' --require 'ir_post:traceback=any'
+      prov-trace check traces/ --require-ranks-agree --require 'kernel_spec:origins=all'
+
+    Over a directory (or several streams) every process that compiled is
+    checked; processes that compiled the same are checked once, named together.
     """
     from prov_trace.report import check as _check
-    from prov_trace.report.reader import TraceReadError
 
-    try:
-        parsed = [_check.parse_rule(r) for r in rules]
-    except _check.RuleError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        model = build_report(trace)
-    except TraceReadError as exc:
-        raise _fail(str(exc)) from None
-    try:
-        results = _check.check(model, parsed, list(graphs) or None)
-    except _check.RuleError as exc:
-        raise _fail(str(exc)) from None
-    click.echo(_check.render(results, model["stage_titles"]), nl=False)
-    if model["trace"]["problem"]:
-        _say(f"the trace is partial: {model['trace']['problem']}")
-    raise click.exceptions.Exit(EXIT_OK if all(r["holds"] for r in results) else 1)
+    if not rules and not require_ranks_agree:
+        raise CliError("nothing to check: give at least one --require RULE, or --require-ranks-agree")
+    parsed = [_check.parse_rule(r) for r in rules]  # a bad rule is bad input before the trace is read
+    rep = _load_many(traces, run_id) if not require_ranks_agree else _load_run(traces, run_id)
+    if hasattr(rep, "agree"):
+        result = rep.check(*(r.text for r in parsed), graphs=list(graphs) or None, require_ranks_agree=require_ranks_agree)
+    else:
+        result = rep.check(*(r.text for r in parsed), graphs=list(graphs) or None)
+    click.echo(str(result), nl=False)
+    if rep.partial:
+        _say(f"the trace is partial: {rep.partial}")
+    return EXIT_OK if result.ok else 1
 
 
 _TARGETS_EXIT_HELP = """\b
 Exit status:
   0    every target resolves and its signature has the arguments the probe reads
   1    some target drifted (listed), or the profile's package is not installed here
-  2    bad input: usage error, a wrong --probe or --probes file
+  2    bad input: usage error, a wrong --probe or --probes file, a --torch-spyre
+       DIR that is not a torch-spyre tree or needs _C symbols the stand-in lacks
 """
 
 
 @cli.command(epilog=_TARGETS_EXIT_HELP)
-@click.option("--profile", default="auto", show_default=True,
-              help="The profile to check: auto, inductor-cpu, inductor-triton, spyre. `auto` picks by this machine.")
+@click.option("--profile", type=click.Choice(PROFILES), default="auto", show_default=True,
+              help="The profile to check. `auto` picks by this machine.")
 @click.option("--probe", "probe_specs", multiple=True, metavar="TARGET",
               help="Also check a user probe, 'pkg.mod:Qual.name[@entry|@return|@both][=STAGE]' (repeatable).")
-@click.option("--probes", "probes_file", metavar="FILE.toml", help="Also check the probes in a TOML file.")
+@click.option("--probes", "probes_file", metavar="FILE.toml", type=click.Path(dir_okay=False),
+              help="Also check the probes in a TOML file.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None, as_json: bool) -> None:
+@click.option("--torch-spyre", "torch_spyre", metavar="DIR", envvar="PROV_TRACE_TORCH_SPYRE", type=click.Path(),
+              help=_TORCH_SPYRE_HELP + " Here it makes the tree importable so that its targets resolve.")
+@_user_errors
+def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None, as_json: bool,
+            torch_spyre: str | None) -> int:
     """Resolve every target of a profile (and of user probes) on the installed build.
 
     Runs no compile. It may import the target modules. For each target: resolved
@@ -601,34 +528,45 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
     reads are still in that signature. Use it after upgrading torch (or
     torch-spyre) to see which hooks drifted before a trace comes back empty.
     """
-    import json
-
+    from prov_trace.api import user_hooks
     from prov_trace.probes import profiles as _profiles
     from prov_trace.tracer import drift
 
-    extra_hooks = _user_hooks(probe_specs, probes_file)
-    try:
-        prof, why = _profiles.choose(profile)
-    except KeyError as exc:
-        raise _fail(exc.args[0]) from None
+    extra_hooks = user_hooks(probe_specs, probes_file)
+    if torch_spyre is not None:
+        from prov_trace.api import activate_spyre, spyre_profile_check
+
+        spyre_profile_check(profile)
+        activate_spyre(torch_spyre, log=_say)
+    prof, why = _profiles.choose(profile)
     if prof.name == "spyre" and not _profiles.spyre_installed():
         line = (f"profile spyre: torch-spyre is not installed here (no module named torch_spyre), "
                 f"so none of its {len(prof.hooks)} targets can be resolved")
         if as_json:
             click.echo(json.dumps({"profile": prof.name, "reason": why, "available": False, "problem": line}))
         else:
-            click.echo(f"prov-trace: {line}", err=True)
-        raise click.exceptions.Exit(1)
-    results = drift.check(tuple(prof.hooks) + tuple(extra_hooks))
+            _say(line)
+        return 1
+    version = torchver.installed()
+    chosen = prof.hooks_for(version)
+    # Hooks written for other torch releases (a range that excludes this one) are not checked: not drift.
+    others = [h for h in prof.hooks if h not in chosen]
+    results = drift.check(chosen + tuple(extra_hooks))
     drifted = [r for r in results if not r["ok"]]
     if as_json:
-        click.echo(json.dumps({"profile": prof.name, "reason": why, "available": True, "targets": results,
-                               "drifted": [r["target"] for r in drifted]}, indent=2))
+        click.echo(json.dumps({"profile": prof.name, "reason": why, "available": True, "torch": version,
+                               "targets": results, "drifted": [r["target"] for r in drifted],
+                               "other_releases": [{"target": h.target, "stage": h.stage, "torch_range": h.torch}
+                                                  for h in others]}, indent=2))
     else:
         click.echo(f"profile {prof.name}: {why}")
+        if others:
+            click.echo(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
+                       "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
         for r in results:
             mark = "ok   " if r["ok"] else "DRIFT"
-            click.echo(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}")
+            ranged = f" (torch {r['torch_range']})" if r.get("torch_range") else ""
+            click.echo(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}{ranged}")
             if r["resolved"]:
                 click.echo(f"        {r['file']}:{r['line']}")
                 click.echo(f"        def {r['target'].rsplit('.', 1)[-1].rsplit(':', 1)[-1]}{r['signature']}")
@@ -644,8 +582,8 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
             click.echo("drifted:", err=True)
             for r in drifted:
                 click.echo(f"  {r['target']} ({r['stage']}, {r['event']}): {r['reason']}", err=True)
-        raise click.exceptions.Exit(1)
-    raise click.exceptions.Exit(EXIT_OK)
+        return 1
+    return EXIT_OK
 
 
 def main() -> None:

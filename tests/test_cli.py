@@ -89,7 +89,7 @@ def test_script_exit_status_and_traceback(tmp_path, mode, code):
     script.write_text(SCRIPT)
     proc = cli("run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script), mode, cwd=tmp_path)
     assert proc.returncode == code, proc.stderr
-    from prov_trace.report.reader import read_trace
+    from prov_trace.stream.reader import read_trace
 
     t = read_trace(tmp_path / "t.msgpack")
     assert t.complete
@@ -130,7 +130,7 @@ def test_script_compiles_are_all_traced(tmp_path):
     proc = cli("run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     from prov_trace.report.model import build
-    from prov_trace.report.reader import read_trace
+    from prov_trace.stream.reader import read_trace
 
     model = build(read_trace(tmp_path / "t.msgpack"))
     assert [g["label"] for g in model["graphs"]] == ["0/0 inference", "1/0 inference"]
@@ -138,3 +138,13 @@ def test_script_compiles_are_all_traced(tmp_path):
         assert g["stages"]["kernel_spec"]["objects"], g["label"]
     texts = {s["text"] for g in model["graphs"] for s in g["survival"]}
     assert {"return torch.sin(x) + 1", "return torch.cos(x) * 2"} <= texts
+
+
+def test_the_command_lines_choices_are_the_registries():
+    """`--profile` and `--backend` list what exists: the command line's lists are the registries' keys."""
+    from prov_trace import cli as cli_mod
+    from prov_trace.probes.profiles import PROFILES
+    from prov_trace.tracer.core import CHOICES
+
+    assert cli_mod.PROFILES == ("auto", *PROFILES)
+    assert cli_mod.BACKENDS == CHOICES
