@@ -5,7 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+# Hypothesis keeps its example database and caches in .hypothesis/ under the working directory, which
+# is the checkout. Tests write only to temp dirs: point it at one before any test asks for it.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="prov-trace-hypothesis-"))
+try:
+    from hypothesis import configuration as _hypothesis_configuration
+
+    _hypothesis_configuration.set_hypothesis_home_dir(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
+except (ImportError, AttributeError):  # hypothesis absent, or an API it no longer has: the variable serves
+    pass
 
 import pytest
 
@@ -33,7 +44,7 @@ class Run:
 
     def model(self):
         from prov_trace.report.model import build
-        from prov_trace.report.reader import read_trace
+        from prov_trace.stream.reader import read_trace
 
         return build(read_trace(self.trace))
 
@@ -55,6 +66,15 @@ def mlp_provenance_run(tmp_path_factory) -> Run:
                "--report", str(d / "audit.md"), cwd=d, check=True,
                env={"INDUCTOR_PROVENANCE": "1", "TORCH_TRACE": str(d / "torch_trace")})
     return Run(proc, d / "t.msgpack", d / "audit.md", d)
+
+
+@pytest.fixture(scope="session")
+def graph_break_run(tmp_path_factory) -> Run:
+    """`prov-trace run examples/graph_break.py:GraphBreakMLP`, with the report as HTML (its suffix sets the format)."""
+    d = tmp_path_factory.mktemp("graph_break")
+    proc = cli("run", str(EXAMPLES / "graph_break.py") + ":GraphBreakMLP", "-o", str(d / "t.msgpack"),
+               "--report", str(d / "audit.html"), cwd=d, check=True)
+    return Run(proc, d / "t.msgpack", d / "audit.html", d)
 
 
 #: A script that compiles a tiny function, then raises (tests/test_reliability_*.py).
