@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 import runpy
 import sys
@@ -217,10 +218,21 @@ def defeat_caches() -> None:
             pass
 
 
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops torch's "No CUDA runtime is found" line: a CUDA build of torch on a machine without a GPU
+    logs it when Inductor first builds a C++ kernel. It says nothing about the audit (prov-trace chose
+    the profile and device, and says so), so a model audit, where prov-trace is the program, leaves it out.
+    A script's run keeps every line torch prints, as it would untraced."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "No CUDA runtime is found" not in str(record.msg)
+
+
 def run_model(model: Any, inputs: tuple, *, train: bool) -> Any:
     """Compile the model once and run it once (plus backward under train); returns the output."""
     import torch
 
+    logging.getLogger("torch.utils.cpp_extension").addFilter(_NoCudaRuntimeNote())
     torch._dynamo.reset()
     compiled = torch.compile(model)
     if train:
