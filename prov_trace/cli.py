@@ -412,28 +412,22 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
         for t in (trace_a, trace_b):
             if os.path.exists(t) and files.same_file(output, t):
                 raise CliError(f"the diff would overwrite the trace it reads ({t}): give another -o path")
-    if os.path.isdir(trace_a) or os.path.isdir(trace_b):
+    if os.path.isdir(trace_a) or os.path.isdir(trace_b):  # runs of several processes: rank against rank
         from prov_trace.api import load_run
         from prov_trace.report import ranks
 
-        ra, rb = load_run(trace_a), load_run(trace_b)
-        d = ra.diff(rb)
-        _emit(ranks.render_run_diff(d, fmt), output, "diff", _inputs((trace_a, trace_b)))
-        for which, rep in (("A", ra), ("B", rb)):
-            if rep.partial:
-                _say(f"{which} is partial: {rep.partial}")
-        if fail_on_regression and d["regressions"]:
-            _say(f"{len(d['regressions'])} regression(s): " + "; ".join(ranks.describe(r) for r in d["regressions"][:5]))
-            return 1
-        return EXIT_OK
-    a, b = _load(trace_a), _load(trace_b)
+        load, render, describe, inputs, noun = load_run, ranks.render_run_diff, ranks.describe, \
+            _inputs((trace_a, trace_b)), ""
+    else:
+        load, render, describe, inputs, noun = _load, _diff.render, _diff.describe, (trace_a, trace_b), "trace "
+    a, b = load(trace_a), load(trace_b)
     d = a.diff(b)
-    _emit(_diff.render(d, fmt), output, "diff", (trace_a, trace_b))
+    _emit(render(d, fmt), output, "diff", inputs)
     for which, rep in (("A", a), ("B", b)):
         if rep.partial:
-            _say(f"trace {which} is partial: {rep.partial}")
+            _say(f"{noun}{which} is partial: {rep.partial}")
     if fail_on_regression and d["regressions"]:
-        _say(f"{len(d['regressions'])} regression(s): " + "; ".join(_diff.describe(r) for r in d["regressions"][:5]))
+        _say(f"{len(d['regressions'])} regression(s): " + "; ".join(describe(r) for r in d["regressions"][:5]))
         return 1
     return EXIT_OK
 
