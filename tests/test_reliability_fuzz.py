@@ -281,3 +281,71 @@ def test_a_newer_minor_version_reads_past_unknown_kinds(records, end):
     assert sum(t.unknown_kinds.values()) == unknown
     assert len(t.records) == len(records) - unknown + (1 if end else 0)
     _report(t)
+
+
+# --- the reader's conform step: compiled shapes against the rules read directly -------------------------
+
+import copy  # noqa: E402
+
+import conform_reference  # noqa: E402
+from prov_trace.stream import conform  # noqa: E402
+
+
+def _shaped(shape, depth: int = 0):
+    """Values for `shape`: of its type, or of any other (what a changed byte or a buggy writer gives)."""
+    if shape == "any":
+        return _json
+    if isinstance(shape, str):
+        right = {"str": _text, "int": _int, "key": st.one_of(_text, _int, st.floats()), "bool": st.booleans()}[shape]
+        return st.one_of(right, right, _json)
+    if depth > 3:
+        return _json
+    if isinstance(shape, tuple) and shape[0] == "list":
+        return st.one_of(st.lists(_shaped(shape[1], depth + 1), max_size=4), _json)
+    if isinstance(shape, tuple):  # a map, with its special keys
+        special = shape[2] if len(shape) > 2 else {}
+        keys = st.one_of(_text, st.sampled_from(sorted(special) or ["k"]), st.integers(0, 3))
+        return st.one_of(st.dictionaries(keys, st.one_of(*(_shaped(s, depth + 1) for s in (shape[1], *special.values()))),
+                                         max_size=4), _json)
+    known = st.fixed_dictionaries({}, optional={k: _shaped(s, depth + 1) for k, s in shape.items()})
+    return st.one_of(st.builds(lambda d, extra: {**extra, **d}, known, st.dictionaries(_text, _json, max_size=2)),
+                     known, _json)
+
+
+@st.composite
+def _conform_input(draw):
+    kind = draw(st.sampled_from(sorted(conform.RECORDS) + ["widget"]))
+    rec = draw(_shaped(conform.RECORDS.get(kind, {})))
+    rec = rec if isinstance(rec, dict) else {"value": rec}
+    if kind == schema.PROBE and draw(st.booleans()):
+        stage = draw(st.sampled_from(sorted(conform.PAYLOADS)))
+        rec["stage"] = stage
+        rec["payload"] = draw(_shaped(conform.PAYLOADS[stage]))
+    rec["kind"] = kind
+    return rec
+
+
+@FUZZ
+@given(_conform_input())
+def test_compiled_shapes_conform_as_the_rules_say(rec):
+    assert conform.record(copy.deepcopy(rec)) == conform_reference.record(copy.deepcopy(rec))
+
+
+def test_compiled_shapes_conform_real_and_mutated_traces_as_the_rules_say(real_traces):
+    import random
+
+    rng = random.Random(20)
+    checked = 0
+    for base in real_traces:
+        for trial in range(40):
+            data = base if trial == 0 else _mutate(base, [(rng.choice(["flip", "set", "delete", "insert"]), rng.random(),
+                                                           rng.randint(1, 64), bytes([rng.randrange(256)]))])
+            unpacker = msgpack.Unpacker(io.BytesIO(data), **schema.UNPACK_OPTIONS, **schema.READ_LIMITS)
+            try:
+                records = [r for r in unpacker if isinstance(r, dict)]
+            except Exception:  # a mutation the reader stops at: the records before it still count
+                continue
+            for rec in records:
+                assert conform.record(copy.deepcopy(rec)) == conform_reference.record(copy.deepcopy(rec))
+                checked += 1
+    assert checked > 100

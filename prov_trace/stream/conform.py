@@ -14,89 +14,179 @@ left as they are. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from prov_trace.stream import schema
 
 
 class _Count:
+    __slots__ = ("n",)
+
     def __init__(self) -> None:
         self.n = 0
 
 
 # Shapes: "str", "int", "bool", "key" (a str, int, float or bool: something hashable), "any",
 # ("list", item), ("map", value[, {key: value for that key}]), {key: shape} (a map with these keys).
+#
+# What each shape does to a value:
+#   any      the value as it is.
+#   null     a null list or map reads as an empty one ([] or {}), a null scalar or record stays null.
+#   str      a str; an int, float or bool as its str (a name written as a number still names it);
+#            anything else null, counted.
+#   int      an int that is not a bool; anything else null, counted.
+#   key      a str, int, float or bool; anything else null, counted.
+#   bool     a bool; anything else False, counted.
+#   list     each item by the item shape: an item of the wrong type is dropped, not kept as a hole,
+#            and so is a null where a record belongs; a value that is not a list is [], counted.
+#   map      each str key's value by its key's shape, or else the value shape; a non-str key is
+#            dropped, counted; a null where a map of records holds a record is dropped; a value that
+#            is not a map is {}, counted.
+#   record   a copy of the map with each documented key's value by its shape; other keys as they
+#            are; a value that is not a map is null, counted.
+#
+# Each shape is compiled once, at import, into a function that does just that: a report of a large
+# model conforms hundreds of thousands of values, and a value of the right type returns at once.
+# tests/test_reliability_fuzz.py checks the compiled functions against a direct reading of the rules
+# above (tests/conform_reference.py), on generated values and on real traces cut at random.
+
+Fixer = Callable[[Any, _Count], Any]
 
 
-def _fix(value: Any, shape: Any, count: _Count) -> Any:
-    if shape == "any":
+def _compile(shape: Any, memo: dict[int, Fixer]) -> Fixer:
+    key = id(shape)
+    if key in memo:
+        return memo[key]
+    if isinstance(shape, dict):
+        # A record may hold itself (a node's from_node list holds from_node records): bind late.
+        cell: list[Fixer] = []
+        memo[key] = lambda value, count: cell[0](value, count)
+        cell.append(_compile_record(shape, memo))
+        memo[key] = cell[0]
+        return cell[0]
+    memo[key] = _compile_scalar(shape) if isinstance(shape, str) else _compile_container(shape, memo)
+    return memo[key]
+
+
+def _any(value: Any, count: _Count) -> Any:
+    return value
+
+
+def _str(value: Any, count: _Count) -> Any:
+    if type(value) is str or value is None or isinstance(value, str):
         return value
-    if value is None:
-        # A null list or mapping reads as an empty one; a null scalar or record stays null.
-        if isinstance(shape, tuple):
-            return [] if shape[0] == "list" else {}
-        return None
-    if shape == "str":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)):  # bool too: a name written as a number still names it
-            return str(value)
-        count.n += 1
-        return None
-    if shape == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        count.n += 1
-        return None
-    if shape == "key":
-        if isinstance(value, (str, int, float)):
-            return value
-        count.n += 1
-        return None
-    if shape == "bool":
-        if isinstance(value, bool):
-            return value
-        count.n += 1
-        return False
+    if isinstance(value, (int, float)):
+        return str(value)
+    count.n += 1
+    return None
+
+
+def _int(value: Any, count: _Count) -> Any:
+    if type(value) is int or value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    count.n += 1
+    return None
+
+
+def _key(value: Any, count: _Count) -> Any:
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    count.n += 1
+    return None
+
+
+def _bool(value: Any, count: _Count) -> Any:
+    if value is True or value is False or value is None:
+        return value
+    count.n += 1
+    return False
+
+
+_SCALARS: dict[str, Fixer] = {"any": _any, "str": _str, "int": _int, "key": _key, "bool": _bool}
+
+
+def _compile_scalar(shape: str) -> Fixer:
+    if shape not in _SCALARS:
+        raise AssertionError(f"unknown shape {shape!r}")
+    return _SCALARS[shape]
+
+
+def _compile_container(shape: Any, memo: dict[int, Fixer]) -> Fixer:
     if isinstance(shape, tuple) and shape[0] == "list":
-        if not isinstance(value, list):
-            count.n += 1
+        return _compile_list(shape[1], memo)
+    if isinstance(shape, tuple) and shape[0] == "map":
+        return _compile_map(shape, memo)
+    raise AssertionError(f"unknown shape {shape!r}")
+
+
+def _compile_list(item: Any, memo: dict[int, Fixer]) -> Fixer:
+    if item == "any":
+        def fix_any_list(value: Any, count: _Count) -> Any:
+            if isinstance(value, list):
+                return list(value)
+            if value is not None:
+                count.n += 1
             return []
-        item = shape[1]
+        return fix_any_list
+    fix_item = _compile(item, memo)
+    holds_records = isinstance(item, dict)
+    exact = {"str": str, "int": int}.get(item) if isinstance(item, str) else None
+
+    def fix_list(value: Any, count: _Count) -> Any:
+        if not isinstance(value, list):
+            if value is not None:
+                count.n += 1
+            return []
+        if exact is not None and all(type(v) is exact for v in value):
+            return list(value)
         out = []
         for v in value:
-            fixed = _fix(v, item, count)
-            if fixed is None and v is not None and item != "any":
-                continue  # an item of the wrong type is dropped, not kept as a hole
-            if isinstance(item, dict) and fixed is None:
-                continue  # a null where a record belongs: nothing to read
+            fixed = fix_item(v, count)
+            if fixed is None and (v is not None or holds_records):
+                continue  # an item of the wrong type is dropped; so is a null where a record belongs
             out.append(fixed)
         return out
-    if isinstance(shape, tuple) and shape[0] == "map":
+    return fix_list
+
+
+def _compile_map(shape: tuple, memo: dict[int, Fixer]) -> Fixer:
+    fix_value = _compile(shape[1], memo)
+    special = {k: _compile(s, memo) for k, s in (shape[2] if len(shape) > 2 else {}).items()}
+    holds_records = isinstance(shape[1], dict)
+
+    def fix_map(value: Any, count: _Count) -> Any:
         if not isinstance(value, dict):
-            count.n += 1
+            if value is not None:
+                count.n += 1
             return {}
-        special = shape[2] if len(shape) > 2 else {}
         out = {}
+        get = special.get
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str and not isinstance(k, str):
                 count.n += 1
                 continue
-            fixed = _fix(v, special.get(k, shape[1]), count)
-            if fixed is None and isinstance(shape[1], dict):
+            fixed = get(k, fix_value)(v, count)
+            if fixed is None and holds_records:
                 continue  # a map of records (a node's fields) holds records, not holes
             out[k] = fixed
         return out
-    if isinstance(shape, dict):
+    return fix_map
+
+
+def _compile_record(shape: dict, memo: dict[int, Fixer]) -> Fixer:
+    keys = tuple((key, _compile(sub, memo)) for key, sub in shape.items() if sub != "any")
+
+    def fix_record(value: Any, count: _Count) -> Any:
         if not isinstance(value, dict):
-            count.n += 1
+            if value is not None:
+                count.n += 1
             return None
         out = dict(value)
-        for key, sub in shape.items():
+        for key, fix in keys:
             if key in out:
-                out[key] = _fix(out[key], sub, count)
+                out[key] = fix(out[key], count)
         return out
-    raise AssertionError(f"unknown shape {shape!r}")
+    return fix_record
 
 
 _SRC = {"file": "str", "line": "int", "func": "str", "text": "str"}
@@ -190,16 +280,21 @@ def _cut_nesting(value: Any, limit: int, count: _Count) -> Any:
     return value
 
 
+_MEMO: dict[int, Fixer] = {}
+_RECORD_FIXERS = {kind: _compile(shape, _MEMO) for kind, shape in RECORDS.items()}
+_PAYLOAD_FIXERS = {stage: _compile(shape, _MEMO) for stage, shape in PAYLOADS.items()}
+
+
 def record(rec: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """The record with its documented keys of the documented types, and how many values were replaced."""
     count = _Count()
     if _nests_beyond(rec, schema.MAX_NESTING):
         rec = _cut_nesting(rec, schema.MAX_NESTING, count)
-    shape = RECORDS.get(rec.get("kind"))
-    if shape is None:
+    fix = _RECORD_FIXERS.get(rec.get("kind"))
+    if fix is None:
         return rec, count.n
-    out = _fix(rec, shape, count)
-    if rec.get("kind") == schema.PROBE and out.get("stage") in PAYLOADS and "payload" in out:
-        payload = _fix(out["payload"], PAYLOADS[out["stage"]], count)
+    out = fix(rec, count)
+    if rec.get("kind") == schema.PROBE and out.get("stage") in _PAYLOAD_FIXERS and "payload" in out:
+        payload = _PAYLOAD_FIXERS[out["stage"]](out["payload"], count)
         out["payload"] = payload if payload is not None else {}
     return out, count.n
