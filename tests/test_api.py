@@ -235,3 +235,71 @@ def test_unknown_backend_and_profile(tmp_path):
     with pytest.raises(prov_trace.UsageError, match="^there is no profile named 'tpu'"):
         prov_trace.trace(tmp_path / "x.msgpack", profile="tpu").start()
     assert api._active is None
+
+
+RUN_SCRIPT = """\
+import gc, json, sys
+import torch
+
+@torch.compile
+def f(x):
+    return torch.relu(x) * 2 + 1
+
+with torch.no_grad():
+    f(torch.ones(8))
+if sys.argv[2] == "off":
+    gc.disable()  # the program's own choice, which must outlive the report prov-trace builds after it
+json.dump({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}, open(sys.argv[1], "w"))
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("collector", ["on", "off"])
+def test_run_in_process_leaves_the_collector_as_the_program_left_it(tmp_path, collector):
+    """`run` builds its report with the collector paused (api._collector_paused) and then hands the process
+    back as the program left it, collector on or off, permanent generation untouched; the report is byte for
+    byte what `prov_trace.load(...).render("md")` gives."""
+    import gc
+
+    defeat_caches()
+    torch._dynamo.reset()
+    script = tmp_path / "tiny.py"
+    script.write_text(RUN_SCRIPT)
+    seen = tmp_path / "seen.json"
+    lines = []
+    try:
+        result = prov_trace.run(str(script), [str(seen), collector], output=str(tmp_path / "t.msgpack"),
+                                report=str(tmp_path / "r.md"), progress=False, follow=False,
+                                log=lines.append)
+        after = {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+    finally:
+        gc.enable()
+    assert result.exit_code == 0, lines
+    assert after == json.loads(seen.read_text())
+    assert after["enabled"] is (collector == "on")
+    written = (tmp_path / "r.md").read_text()
+    assert written == prov_trace.load(tmp_path / "t.msgpack").render("md")
+    assert f"report written to {tmp_path / 'r.md'}" in lines
+
+
+def test_collector_paused_restores_what_it_found_and_leaves_frozen_objects_frozen():
+    import gc
+
+    held = [object() for _ in range(1000)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with api._collector_paused():
+            assert not gc.isenabled() and gc.get_freeze_count() == frozen
+        assert gc.isenabled() and gc.get_freeze_count() == frozen
+        gc.disable()
+        with api._collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()
+    with pytest.raises(RuntimeError):
+        with api._collector_paused():
+            raise RuntimeError("a failed report")
+    assert gc.isenabled() and held
