@@ -85,7 +85,13 @@ def main() -> None:
     py = args.python
     print(f"python {sys.version.split()[0]} ({py}), rounds {args.rounds}, backend {args.backend}")
     with tempfile.TemporaryDirectory(prefix="prov-trace-whole-") as tmp:
-        env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PYTHONPATH": str(REPO),
+               # Bytecode caches on for both sides, kept in the temp dir: an environment with
+               # PYTHONDONTWRITEBYTECODE=1 (these machines set it) and an editable install, which has no
+               # __pycache__, would otherwise charge prov-trace ~110 ms a run for compiling its own modules,
+               # a cost no installed copy has.
+               "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         for name in args.scripts.split(","):
             script = str(SCRIPTS[name])
             plain = [py, script]
