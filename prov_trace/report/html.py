@@ -37,13 +37,18 @@ _TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates
 
 def _finalize(value: Any) -> Any:
     """Every ``{{ }}`` value: None shows as nothing, text from the trace as printable text (then escaped)."""
-    from markupsafe import Markup
-
     if value is None:
         return ""
-    if isinstance(value, Markup):  # the page's own CSS, JS and JSON island
+    if isinstance(value, _markup()):  # the page's own CSS, JS and JSON island
         return value
     return clean(value) if isinstance(value, str) else value
+
+
+@functools.lru_cache(maxsize=1)
+def _markup() -> type:
+    from markupsafe import Markup  # with jinja2, imported only when a page is drawn
+
+    return Markup
 
 
 def _cell_tip(info: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ Mermaid chart, whose labels go through ``mermaid_label``.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from typing import Any
@@ -25,8 +26,20 @@ MERMAID_MAX_NODES = V.MERMAID_MAX_NODES
 _AUTOLINK = re.compile(r"://|(?<![A-Za-z0-9])(?i:www)\.|@")
 
 
+#: A report shows the same names and paths many times over: the encoder's Markdown escapes ~64k strings,
+#: ~3.5k of them different. Short strings' escapes are kept (bounded: a long-lived notebook renders many).
+_CACHED_MAX_LEN = 1024
+_CACHE_SIZE = 32768
+
+
 def esc(text: Any) -> str:
     """Safe inside a Markdown table cell."""
+    if type(text) is str and len(text) <= _CACHED_MAX_LEN:
+        return _esc_cached(text)
+    return _esc(text)
+
+
+def _esc(text: Any) -> str:
     s = html.escape(clean(text), quote=False)
     s = s.replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
     s = s.replace("[", "\\[").replace("]", "\\]").replace("\n", " ")
@@ -39,12 +52,22 @@ def code(text: Any) -> str:
     A code span's content is literal in CommonMark (`<script>` shows as text), so it is not
     HTML-escaped: an entity there would show as `&lt;`. Its fence is longer than any backtick run inside.
     """
+    if type(text) is str and len(text) <= _CACHED_MAX_LEN:
+        return _code_cached(text)
+    return _code(text)
+
+
+def _code(text: Any) -> str:
     s = clean(text).replace("\n", " ").replace("|", "\\|")
     fence = "`"
     while fence in s:
         fence += "`"
     pad = " " if s.startswith("`") or s.endswith("`") else ""
     return f"{fence}{pad}{s}{pad}{fence}" if s else ""
+
+
+_esc_cached = functools.lru_cache(maxsize=_CACHE_SIZE)(_esc)
+_code_cached = functools.lru_cache(maxsize=_CACHE_SIZE)(_code)
 
 
 def inline(value: V.Inline) -> str:

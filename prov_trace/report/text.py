@@ -6,6 +6,7 @@ printable text before any renderer escapes them for its own format.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -30,9 +31,21 @@ def cut(text: str, limit: int = MAX_TEXT) -> str:
 def clean(text: Any) -> str:
     """Plain printable text: cut at MAX_TEXT, control characters (ANSI escapes, NUL) shown as \\xNN,
     invalid UTF-8 replaced."""
+    if type(text) is str and len(text) <= _CACHED_MAX_LEN:
+        return _clean_cached(text)
+    return _clean(text)
+
+
+def _clean(text: Any) -> str:
     s = cut("" if text is None else text if isinstance(text, str) else str(text))
     s = s.encode("utf-8", "replace").decode("utf-8", "replace") if _SURROGATE.search(s) else s
     return _CTRL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+
+
+#: A report shows the same names and paths many times over (the encoder's: ~115k strings drawn, a few
+#: thousand different), so short strings' results are kept, in a bounded cache.
+_CACHED_MAX_LEN = 1024
+_clean_cached = functools.lru_cache(maxsize=32768)(_clean)
 
 
 def basename(path: Any) -> str:
