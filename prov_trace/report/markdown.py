@@ -71,6 +71,15 @@ _code_cached = functools.lru_cache(maxsize=_CACHE_SIZE)(_code)
 
 
 def inline(value: V.Inline) -> str:
+    if type(value) is str:  # most cells: a plain string, or one of the view's own types, read by type
+        return esc(value)
+    draw = _INLINE.get(type(value))
+    if draw is not None:
+        return draw(value)
+    return _inline(value)
+
+
+def _inline(value: V.Inline) -> str:
     if isinstance(value, str):
         return esc(value)
     if isinstance(value, V.Code):
@@ -86,6 +95,16 @@ def inline(value: V.Inline) -> str:
     if isinstance(value, V.Join):
         return ("<br>" if value.sep == "\n" else esc(value.sep)).join(inline(v) for v in value.items)
     raise TypeError(f"not a view value: {type(value).__name__}")
+
+
+_INLINE = {
+    V.Code: lambda v: code(v.text),
+    V.Sym: lambda v: V.symbol_text(v, V.EMOJI),
+    V.Loc: lambda v: code(f"{short_path(v.file)}:{v.line}"),
+    V.Tag: lambda v: esc(v.text),
+    V.Link: lambda v: inline(v.value),
+    V.Join: lambda v: ("<br>" if v.sep == "\n" else esc(v.sep)).join(inline(i) for i in v.items),
+}
 
 
 def table(t: V.Table) -> list[str]:
