@@ -116,6 +116,24 @@ def _field_value(field: str, value: Any) -> tuple[Any, dict[str, Any]]:
     return safe_str(value), {}
 
 
+#: Sorted meta keys by key set: a graph's nodes have a handful of different ones (the encoder's 4,832 FX node snapshots, 11).
+_META_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_META_KEYS_MAX = 1024
+
+
+def _meta_keys(keys: list[Any]) -> list[str]:
+    """`keys` as strings (each cut at 200 characters), sorted."""
+    if not all(type(k) is str for k in keys):  # another type's __hash__ is not run: no cache for it
+        return sorted(safe_str(k, 200) for k in keys)
+    key = tuple(keys)
+    hit = _META_KEYS.get(key)
+    if hit is None:
+        if len(_META_KEYS) >= _META_KEYS_MAX:
+            _META_KEYS.clear()
+        hit = _META_KEYS[key] = tuple(sorted(cut_str(k, 200) for k in keys))
+    return list(hit)
+
+
 def snapshot_node(node: Any) -> dict[str, Any]:
     meta = node.meta
     fields = {}
@@ -137,7 +155,7 @@ def snapshot_node(node: Any) -> dict[str, Any]:
         "op": safe_str(node.op, 200),
         "target": safe_str(node.target, 400),
         "inputs": [safe_str(n.name, 400) for n in inputs[:MAX_NAMES]],
-        "meta_keys": sorted(safe_str(k, 200) for k in keys),
+        "meta_keys": _meta_keys(keys),
         "fields": fields,
         "source": source_of_stack_trace(meta.get("stack_trace")),
     }

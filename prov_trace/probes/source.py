@@ -53,12 +53,25 @@ def user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def source_of_stack_trace(text: Any) -> dict[str, Any] | None:
+    """The model line a stack trace points at (`user_frame`), as file, line, func and text; a new dict each call."""
     if not isinstance(text, str) or not text:
         return None
+    # A str subclass is parsed as it comes: caching it would call its own __hash__ and __eq__.
+    src = _source_of_str(text) if type(text) is str else _source(text)
+    return dict(src) if src is not None else None
+
+
+def _source(text: str) -> dict[str, Any] | None:
     fr = user_frame(parse_stack_trace(text))
     if fr is None:
         return None
     return {"file": fr["file"], "line": fr["line"], "func": fr["func"], "text": fr["text"]}
+
+
+#: Stack traces repeat: every node one model line produces carries the same text, and each stage's nodes
+#: share their predecessors' strings (the encoder's 4,832 FX node snapshots hold 2 different texts). Each text
+#: is parsed once; the cache is bounded, so a long-lived process tracing many models keeps only the newest.
+_source_of_str = lru_cache(maxsize=4096)(_source)
 
 
 #: The source of the programs prov-trace runs (path -> lines), read once as each starts: a program that
