@@ -53,8 +53,9 @@ class Run:
 def mlp_run(tmp_path_factory) -> Run:
     """`prov-trace run examples/reference_mlp.py:SimpleMLP`, once, as a user runs it."""
     d = tmp_path_factory.mktemp("mlp")
+    # With the phase marks bench/whole_process.py reads (test_phases.py checks them; they change nothing else).
     proc = cli("run", str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP", "-o", str(d / "t.msgpack"),
-               "--report", str(d / "audit.md"), cwd=d, check=True)
+               "--report", str(d / "audit.md"), cwd=d, check=True, env={"PROV_TRACE_PHASES": str(d / "phases.json")})
     return Run(proc, d / "t.msgpack", d / "audit.md", d)
 
 
