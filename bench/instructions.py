@@ -1,0 +1,147 @@
+"""The cost a user sees, counted in instructions: `prov-trace run script.py` against `python script.py`.
+
+    python bench/instructions.py [--scripts mlp,encoder] [--cases plain,traced,no-report] [--backend auto]
+
+Time on these shared 2-core VMs cannot resolve a few percent of a whole process (the same command's wall
+time ranges ±15%), and their VMs expose no hardware counters (`perf stat` says "not supported"). Valgrind's
+callgrind counts the instructions a process executes instead: the same binary on the same inputs gives
+the same count whatever else the machine is doing. Each case runs once under
+`valgrind --tool=callgrind`; the count is the main process's instructions (Ir), from its start to its exit:
+
+  plain        python SCRIPT
+  traced       prov-trace run SCRIPT                 (trace and Markdown report)
+  no-report    prov-trace run --no-report SCRIPT     (trace only: traced - no-report is the report)
+  empty        python EMPTY.py, and prov-trace run EMPTY.py (prov-trace's own start-up and exit, no torch)
+
+The C++ compiler Inductor starts (g++) runs natively and is not counted, on either side: both sides get
+TORCHINDUCTOR_COMPILE_THREADS=1, so every Python-side step of the compile runs in the counted process, and
+the same C++ is compiled traced or not. Both sides also get PYTHONHASHSEED=0, caches defeated, and a
+bytecode cache warmed by one untimed run of each command (an editable install under
+PYTHONDONTWRITEBYTECODE=1 would otherwise charge prov-trace for compiling its own modules).
+
+Instructions are not time: a cache miss costs more than an add. The count answers "how much more work
+does the process do", which the timed benchmarks (bench/whole_process.py) cannot resolve here; they
+remain the measure of time. Under callgrind the MLP takes about 4 minutes a case and the encoder about
+12; run it with --jobs 2 on an otherwise idle machine, or in the background: the counts do not depend on load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = {"mlp": REPO / "bench" / "scripts" / "compile_mlp.py",
+           "encoder": REPO / "bench" / "scripts" / "compile_encoder.py"}
+CASES = ("plain", "traced", "no-report", "empty")
+
+
+def callgrind(cmd: list[str], env: dict[str, str], cwd: str, out: Path) -> tuple[int, float]:
+    """The instructions the main process of `cmd` executed under callgrind, and the wall seconds it took."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+                           "--collect-jumps=no", *cmd], env=env, cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} exited {proc.returncode} under callgrind:\n{proc.stderr[-3000:]}")
+    m = re.search(r"^summary:\s*(\d+)", out.read_text(errors="replace"), re.M)
+    if m is None:
+        sys.exit(f"callgrind wrote no summary line in {out}")
+    return int(m.group(1)), wall
+
+
+def commands(py: str, script: str, tmp: str, backend: str) -> dict[str, list[str]]:
+    run = [py, "-m", "prov_trace", "run", "-q", "--backend", backend, "-o", f"{tmp}/t.msgpack"]
+    return {"plain": [py, script], "traced": [*run, "--report", f"{tmp}/r.md", script],
+            "no-report": [*run, "--no-report", script]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scripts", default="mlp", help="comma-separated: mlp, encoder (default mlp)")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
+    ap.add_argument("--backend", default="auto", help="prov-trace's --backend (auto: monitoring on 3.12+, inject on 3.11)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter both sides run on")
+    ap.add_argument("--jobs", type=int, default=1, help="cases run at once (each keeps one core busy)")
+    ap.add_argument("--json", metavar="FILE", help="also write every count to FILE")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed: apt-get install valgrind (callgrind counts the instructions)")
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        sys.exit(f"unknown case {unknown[0]}: choose from {', '.join(CASES)}")
+    py = args.python
+    version = subprocess.run([py, "-c", "import sys, torch; print(sys.version.split()[0], torch.__version__)"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"python, torch: {version} ({py}); backend {args.backend}; cases {', '.join(cases)}", flush=True)
+    results: dict[str, dict[str, int]] = {}
+    with tempfile.TemporaryDirectory(prefix="prov-trace-instr-") as tmp:
+        env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1",
+               "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO), "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        empty = Path(tmp) / "empty.py"
+        empty.write_text("")
+        targets = [(name, SCRIPTS.get(name)) for name in args.scripts.split(",") if name]
+        for name, script in targets:
+            if script is None:
+                sys.exit(f"unknown script {name}: choose from {', '.join(SCRIPTS)}")
+        if "empty" in cases:
+            targets.append(("empty", empty))
+        jobs: list[tuple[str, str, list[str], str]] = []
+        for name, script in targets:
+            wanted = ("plain", "no-report") if name == "empty" else cases
+            for case in wanted:
+                if case == "empty":
+                    continue
+                cwd = f"{tmp}/{name}-{case}"
+                os.makedirs(cwd)
+                jobs.append((name, case, commands(py, str(script), cwd, args.backend)[case], cwd))
+        for _, _, cmd, cwd in jobs:  # warm the bytecode cache, untimed and uncounted
+            subprocess.run(cmd, env=env, cwd=cwd, capture_output=True)
+
+        def one(job: tuple[str, str, list[str], str]) -> tuple[str, str, int, float]:
+            name, case, cmd, cwd = job
+            ir, wall = callgrind(cmd, env, cwd, Path(cwd) / "callgrind.out")
+            print(f"  {name} {case}: {ir:,} instructions ({wall:.0f} s under callgrind)", flush=True)
+            return name, case, ir, wall
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for name, case, ir, _ in pool.map(one, jobs):
+                results.setdefault(name, {})[case] = ir
+
+    print()
+    for name, by_case in results.items():
+        plain = by_case.get("plain")
+        if name == "empty":
+            if plain and "no-report" in by_case:
+                extra = by_case["no-report"] - plain
+                print(f"empty script: python {plain:,}, prov-trace run {by_case['no-report']:,} instructions: "
+                      f"prov-trace's start-up and exit add {extra:,}")
+            continue
+        print(f"{name}:")
+        for case in ("plain", "no-report", "traced"):
+            if case in by_case:
+                ratio = f"  {by_case[case] / plain - 1:+.2%} of python" if plain and case != "plain" else ""
+                print(f"  {case:<10} {by_case[case]:>16,}{ratio}")
+        if "traced" in by_case and "no-report" in by_case:
+            rep = by_case["traced"] - by_case["no-report"]
+            print(f"  the report: {rep:,}" + (f" ({rep / plain:.2%} of python)" if plain else ""))
+        if plain and "no-report" in by_case:
+            print(f"  tracing, start-up and exit: {by_case['no-report'] - plain:,} ({by_case['no-report'] / plain - 1:+.2%})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"python_torch": version, "backend": args.backend, "counts": results},
+                                              indent=1))
+
+
+if __name__ == "__main__":
+    main()
