@@ -23,6 +23,8 @@ Instructions are not time: a cache miss costs more than an add. The count answer
 does the process do", which the timed benchmarks (bench/whole_process.py) cannot resolve here; they
 remain the measure of time. Under callgrind the MLP takes about 4 minutes a case and the encoder about
 12; run it with --jobs 2 on an otherwise idle machine, or in the background: the counts do not depend on load.
+With --cache-sim callgrind also simulates the caches (first level and last level, the machine's sizes) and
+counts their misses: what a different memory layout would cost shows there, not in the instructions.
 """
 
 from __future__ import annotations
@@ -45,18 +47,28 @@ SCRIPTS = {"mlp": REPO / "bench" / "scripts" / "compile_mlp.py",
 CASES = ("plain", "traced", "no-report", "empty")
 
 
-def callgrind(cmd: list[str], env: dict[str, str], cwd: str, out: Path) -> tuple[int, float]:
-    """The instructions the main process of `cmd` executed under callgrind, and the wall seconds it took."""
+#: Callgrind's cache-simulation events: instruction fetches (Ir), data reads (Dr) and writes (Dw), and the
+#: misses of each in the first-level (I1/D1) and last-level (IL/DL) caches it simulates.
+CACHE_EVENTS = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
+
+
+def callgrind(cmd: list[str], env: dict[str, str], cwd: str, out: Path,
+              cache_sim: bool = False) -> tuple[dict[str, int], float]:
+    """The events (Ir, and with `cache_sim` the cache misses) of the main process of `cmd` under
+    callgrind, and the wall seconds it took."""
     t0 = time.perf_counter()
     proc = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
-                           "--collect-jumps=no", *cmd], env=env, cwd=cwd, capture_output=True, text=True)
+                           "--collect-jumps=no", *(["--cache-sim=yes"] if cache_sim else []), *cmd],
+                          env=env, cwd=cwd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} exited {proc.returncode} under callgrind:\n{proc.stderr[-3000:]}")
-    m = re.search(r"^summary:\s*(\d+)", out.read_text(errors="replace"), re.M)
-    if m is None:
-        sys.exit(f"callgrind wrote no summary line in {out}")
-    return int(m.group(1)), wall
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode} under callgrind:\n{proc.stderr[-3000:]}")
+    text = out.read_text(errors="replace")
+    events = re.search(r"^events:\s*(.+)$", text, re.M)
+    summary = re.search(r"^summary:\s*(.+)$", text, re.M)
+    if events is None or summary is None:
+        raise RuntimeError(f"callgrind wrote no events or summary line in {out}")
+    return dict(zip(events.group(1).split(), map(int, summary.group(1).split()))), wall
 
 
 def commands(py: str, script: str, tmp: str, backend: str) -> dict[str, list[str]]:
@@ -65,13 +77,15 @@ def commands(py: str, script: str, tmp: str, backend: str) -> dict[str, list[str
             "no-report": [*run, "--no-report", script]}
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scripts", default="mlp", help="comma-separated: mlp, encoder (default mlp)")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     ap.add_argument("--backend", default="auto", help="prov-trace's --backend (auto: monitoring on 3.12+, inject on 3.11)")
     ap.add_argument("--python", default=sys.executable, help="the interpreter both sides run on")
     ap.add_argument("--jobs", type=int, default=1, help="cases run at once (each keeps one core busy)")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also simulate the caches (callgrind --cache-sim=yes, about twice as slow): misses per case")
     ap.add_argument("--json", metavar="FILE", help="also write every count to FILE")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
@@ -109,17 +123,31 @@ def main() -> None:
         for _, _, cmd, cwd in jobs:  # warm the bytecode cache, untimed and uncounted
             subprocess.run(cmd, env=env, cwd=cwd, capture_output=True)
 
-        def one(job: tuple[str, str, list[str], str]) -> tuple[str, str, int, float]:
-            name, case, cmd, cwd = job
-            ir, wall = callgrind(cmd, env, cwd, Path(cwd) / "callgrind.out")
-            print(f"  {name} {case}: {ir:,} instructions ({wall:.0f} s under callgrind)", flush=True)
-            return name, case, ir, wall
+        failed: list[str] = []
 
+        def one(job: tuple[str, str, list[str], str]) -> tuple[str, str, dict[str, int] | None, float]:
+            name, case, cmd, cwd = job
+            try:
+                ev, wall = callgrind(cmd, env, cwd, Path(cwd) / "callgrind.out", args.cache_sim)
+            except RuntimeError as exc:  # said at once, not when the other cases are done
+                print(f"  {name} {case}: failed: {exc}", file=sys.stderr, flush=True)
+                failed.append(f"{name} {case}")
+                return name, case, None, 0.0
+            misses = "".join(f", {k} {ev[k]:,}" for k in CACHE_EVENTS[1:] if k in ev)
+            print(f"  {name} {case}: {ev['Ir']:,} instructions{misses} ({wall:.0f} s under callgrind)", flush=True)
+            return name, case, ev, wall
+
+        events: dict[str, dict[str, dict[str, int]]] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for name, case, ir, _ in pool.map(one, jobs):
-                results.setdefault(name, {})[case] = ir
+            for name, case, ev, _ in pool.map(one, jobs):
+                if ev is None:
+                    continue
+                results.setdefault(name, {})[case] = ev["Ir"]
+                events.setdefault(name, {})[case] = ev
 
     print()
+    if failed:
+        print(f"failed under callgrind: {', '.join(failed)} (each one's error is above)")
     for name, by_case in results.items():
         plain = by_case.get("plain")
         if name == "empty":
@@ -138,10 +166,17 @@ def main() -> None:
             print(f"  the report: {rep:,}" + (f" ({rep / plain:.2%} of python)" if plain else ""))
         if plain and "no-report" in by_case:
             print(f"  tracing, start-up and exit: {by_case['no-report'] - plain:,} ({by_case['no-report'] / plain - 1:+.2%})")
+        if args.cache_sim and "plain" in events.get(name, {}):
+            base = events[name]["plain"]
+            for case, ev in events[name].items():
+                if case != "plain":
+                    print(f"  {case} against plain, misses: " + ", ".join(
+                        f"{k} {ev[k] - base[k]:+,} ({ev[k] / base[k] - 1:+.2%})" for k in CACHE_EVENTS[1:] if base.get(k)))
     if args.json:
-        Path(args.json).write_text(json.dumps({"python_torch": version, "backend": args.backend, "counts": results},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({"python_torch": version, "backend": args.backend, "counts": results,
+                                               "events": events}, indent=1))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
