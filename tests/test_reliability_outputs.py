@@ -381,16 +381,18 @@ LOOPS = textwrap.dedent("""
 """)
 
 #: The report of a run announces itself on stderr and takes a while: a second Ctrl-C lands in it.
+#: (`run` builds its report's model with `prov_trace.report.model.build`, looked up when the program
+#: has ended, so the slow stand-in takes its place there.)
 SLOW_REPORT = textwrap.dedent("""
     import sys, time
-    from prov_trace.report.report import Report
-    _load = Report.load.__func__
-    def load(cls, path):
+    from prov_trace.report import model as _model
+    _build = _model.build
+    def build(trace):
         print("FINISHING", file=sys.stderr, flush=True)
         for _ in range(30):
             time.sleep(0.1)
-        return _load(cls, path)
-    Report.load = classmethod(load)
+        return _build(trace)
+    _model.build = build
 """)
 
 
