@@ -16,7 +16,8 @@ the same count whatever else the machine is doing. Each case runs once under
 The C++ compiler Inductor starts (g++) runs natively and is not counted, on either side: both sides get
 TORCHINDUCTOR_COMPILE_THREADS=1, so every Python-side step of the compile runs in the counted process, and
 the same C++ is compiled traced or not. Both sides also get PYTHONHASHSEED=0, caches defeated,
-ATEN_CPU_CAPABILITY=avx2 (valgrind cannot run the AVX-512 code Inductor would otherwise generate), and a
+TORCHINDUCTOR_CPP_MARCH=x86-64-v3 and ATEN_CPU_CAPABILITY=avx2 (valgrind cannot run the AVX-512 code
+Inductor and ATen would otherwise use on this CPU), and a
 bytecode cache warmed by one untimed run of each command (an editable install under
 PYTHONDONTWRITEBYTECODE=1 would otherwise charge prov-trace for compiling its own modules).
 
@@ -103,9 +104,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="prov-trace-instr-") as tmp:
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1",
                "PYTHONHASHSEED": "0", "PYTHONPATH": str(REPO), "PYTHONPYCACHEPREFIX": f"{tmp}/pycache",
-               # Inductor compiles its C++ for the best vector ISA the CPU reports; valgrind 3.19 cannot run
-               # AVX-512 (the encoder's first call died with SIGILL in a generated kernel). AVX2 on both sides.
-               "ATEN_CPU_CAPABILITY": "avx2"}
+               # Inductor compiles its C++ with -march=native and for the best vector ISA the CPU reports;
+               # valgrind 3.19 cannot run AVX-512 (the encoder's first call died with SIGILL in a generated
+               # kernel). x86-64-v3 (AVX2) and ATen's AVX2 kernels on both sides.
+               "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2"}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         empty = Path(tmp) / "empty.py"
         empty.write_text("")
