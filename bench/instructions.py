@@ -96,7 +96,12 @@ def main() -> int:
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         sys.exit(f"unknown case {unknown[0]}: choose from {', '.join(CASES)}")
-    py = args.python
+    # The cases run in temp dirs: a relative --python (.venv311/bin/python) is made absolute here,
+    # not resolved (a venv's python is a symlink whose target has no venv).
+    found = shutil.which(args.python)
+    if found is None:
+        sys.exit(f"--python {args.python}: no such interpreter; give a path or a name on PATH")
+    py = os.path.abspath(found)
     version = subprocess.run([py, "-c", "import sys, torch; print(sys.version.split()[0], torch.__version__)"],
                              capture_output=True, text=True).stdout.strip()
     print(f"python, torch: {version} ({py}); backend {args.backend}; cases {', '.join(cases)}", flush=True)

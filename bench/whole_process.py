@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,7 +83,12 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--baseline-runs", type=int, default=3, help="untraced runs that mark their phases (default 3)")
     args = ap.parse_args()
-    py = args.python
+    # The cases run in temp dirs: a relative --python (.venv311/bin/python) is made absolute here,
+    # not resolved (a venv's python is a symlink whose target has no venv).
+    found = shutil.which(args.python)
+    if found is None:
+        sys.exit(f"--python {args.python}: no such interpreter; give a path or a name on PATH")
+    py = os.path.abspath(found)
     print(f"python {sys.version.split()[0]} ({py}), rounds {args.rounds}, backend {args.backend}")
     with tempfile.TemporaryDirectory(prefix="prov-trace-whole-") as tmp:
         env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "PYTHONPATH": str(REPO),
