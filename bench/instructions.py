@@ -17,7 +17,8 @@ The C++ compiler Inductor starts (g++) runs natively and is not counted, on eith
 TORCHINDUCTOR_COMPILE_THREADS=1, so every Python-side step of the compile runs in the counted process, and
 the same C++ is compiled traced or not. Both sides also get PYTHONHASHSEED=0, caches defeated,
 TORCHINDUCTOR_CPP_MARCH=x86-64-v3 and ATEN_CPU_CAPABILITY=avx2 (valgrind cannot run the AVX-512 code
-Inductor and ATen would otherwise use on this CPU), and a
+Inductor and ATen would otherwise use on this CPU), OMP_NUM_THREADS=1 (valgrind runs threads one at a
+time, and OpenMP workers spinning while they wait would add a count set by its scheduling), and a
 bytecode cache warmed by one untimed run of each command (an editable install under
 PYTHONDONTWRITEBYTECODE=1 would otherwise charge prov-trace for compiling its own modules).
 
@@ -89,6 +90,8 @@ def main() -> int:
     ap.add_argument("--cache-sim", action="store_true",
                     help="also simulate the caches (callgrind --cache-sim=yes, about twice as slow): misses per case")
     ap.add_argument("--json", metavar="FILE", help="also write every count to FILE")
+    ap.add_argument("--keep", metavar="DIR", help="also keep callgrind's output of each case in DIR "
+                    "(SCRIPT-CASE.callgrind, for callgrind_annotate)")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed: apt-get install valgrind (callgrind counts the instructions)")
@@ -112,7 +115,11 @@ def main() -> int:
                # Inductor compiles its C++ with -march=native and for the best vector ISA the CPU reports;
                # valgrind 3.19 cannot run AVX-512 (the encoder's first call died with SIGILL in a generated
                # kernel). x86-64-v3 (AVX2) and ATen's AVX2 kernels on both sides.
-               "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2"}
+               "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3", "ATEN_CPU_CAPABILITY": "avx2",
+               # One OpenMP thread: valgrind runs a process's threads one at a time, and OpenMP's workers
+               # spin while they wait, so a parallel kernel (the encoder's first call) would add a count
+               # that depends on valgrind's scheduling, not on the program.
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         empty = Path(tmp) / "empty.py"
         empty.write_text("")
@@ -144,6 +151,9 @@ def main() -> int:
                 print(f"  {name} {case}: failed: {exc}", file=sys.stderr, flush=True)
                 failed.append(f"{name} {case}")
                 return name, case, None, 0.0
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copyfile(Path(cwd) / "callgrind.out", Path(args.keep) / f"{name}-{case}.callgrind")
             misses = "".join(f", {k} {ev[k]:,}" for k in CACHE_EVENTS[1:] if k in ev)
             print(f"  {name} {case}: {ev['Ir']:,} instructions{misses} ({wall:.0f} s under callgrind)", flush=True)
             return name, case, ev, wall
