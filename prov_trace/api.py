@@ -625,7 +625,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     pid = os.getpid()
 
     exit_code = EXIT_OK
-    sigterm = SigtermStop(lambda: tracer.active)
+    sigterm = SigtermStop(lambda: tracer.active,
+                          on_give_up=lambda signum: following.end_stream(tracer, "signal", Terminated(signum).name))
     sigterm.install()
     held = HeldSigint(log)  # once the program ends, Ctrl-C waits until the trace and report are finished
     children.__enter__()
@@ -639,6 +640,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                         if not_run:
                             spyre.check_kernels_run()
                     finally:
+                        sigterm.finishing()
                         held.install()
                 except not_run as exc:  # the stand-in compiled every graph; it runs no kernel
                     tracer.stop("ok", f"compiled; {len(exc.kernels)} Spyre kernel(s) not run (Spyre CPU stand-in)")
@@ -664,6 +666,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 except KeyboardInterrupt:  # a second Ctrl-C while the runner was still reporting the first
                     result = runner.ScriptResult(EXIT_INTERRUPTED, "interrupted", "KeyboardInterrupt")
                 finally:
+                    sigterm.finishing()
                     held.install()
                 tracer.stop(result.outcome, result.detail)
                 exit_code = result.exit_code
@@ -705,8 +708,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         held.restore()
     if held.got:  # a Ctrl-C while the trace and report were being finished
         exit_code = EXIT_INTERRUPTED
-    if sigterm.late is not None:  # a SIGTERM while the trace and report were being finished
-        exit_code = 128 + sigterm.late
+    if sigterm.received is not None:  # untraced, the SIGTERM would have ended the process, whatever it did after
+        exit_code = 128 + sigterm.received
     phase("report written")
     write_phases(trace_abs)
     return RunResult(exit_code, trace_abs, report_abs, built, tracer.records, tracer.bytes, tracer.ended,

@@ -338,7 +338,8 @@ def fork_stream() -> tuple[str, dict[str, Any]] | None:
     return claim_path(config.dir, ident), {**ident, "follow": "fork"}
 
 
-def _stop(tracer: Any, outcome: str, detail: str | None) -> None:
+def end_stream(tracer: Any, outcome: str, detail: str | None) -> None:
+    """End `tracer`'s stream (at exit, from a signal handler): skipped where a handler interrupted a write of it."""
     session = getattr(tracer, "session", None)
     if session is None or not session.active:
         return
@@ -352,11 +353,11 @@ def _at_exit(tracer: Any) -> None:
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     try:
         if isinstance(exc, KeyboardInterrupt):
-            _stop(tracer, "interrupted", "KeyboardInterrupt")
+            end_stream(tracer, "interrupted", "KeyboardInterrupt")
         elif exc is not None:
-            _stop(tracer, "exception", f"{type(exc).__name__}: {exc}"[:2000])
+            end_stream(tracer, "exception", f"{type(exc).__name__}: {exc}"[:2000])
         else:
-            _stop(tracer, "ok", None)
+            end_stream(tracer, "ok", None)
     except Exception:  # noqa: BLE001 - never change how the host exits
         pass
 
@@ -369,7 +370,7 @@ class _EndOnSigterm:
 
     def __call__(self, signum: int, frame: Any) -> None:
         try:
-            _stop(self.tracer, "signal", signal.Signals(signum).name)
+            end_stream(self.tracer, "signal", signal.Signals(signum).name)
         except BaseException:  # noqa: BLE001 - the process dies of the signal whatever happens here
             pass
         signal.signal(signum, signal.SIG_DFL)
@@ -396,7 +397,7 @@ def _mp_finalizer(tracer: Any) -> None:
     even though it leaves by ``os._exit`` (which skips atexit)."""
     mpu = sys.modules.get("multiprocessing.util")
     if mpu is not None:
-        mpu.Finalize(None, _stop, args=(tracer, "ok", None), exitpriority=-100)
+        mpu.Finalize(None, end_stream, args=(tracer, "ok", None), exitpriority=-100)
 
 
 def arm(tracer: Any) -> None:
