@@ -8,8 +8,11 @@ longer pay that, whatever the depth.
 
 from __future__ import annotations
 
+import os
 import resource
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -100,3 +103,43 @@ def test_every_backend_runs_probes_on_a_fresh_stack(tmp_path, backend):
         assert probed(3) == 6
     probes = [r for r in read_trace(path).records if r["kind"] == "probe"]
     assert [r["payload"] for r in probes] == [{"via_fresh_stack": True}]
+
+
+#: Prints where the module frame sits in its chunk, and after how many nested calls the next chunks begin.
+EDGES = textwrap.dedent("""
+    import ctypes, sys
+
+    def frame_address(f):  # PyFrameObject: refcount, type, f_back, then f_frame, the interpreter frame
+        return ctypes.c_void_p.from_address(id(f) + 24).value
+
+    addresses = []
+
+    def down(n):
+        addresses.append(frame_address(sys._getframe()))
+        if n:
+            down(n - 1)
+
+    down(400)
+    size = addresses[1] - addresses[0]
+    edges = [i for i in range(1, len(addresses)) if addresses[i] - addresses[i - 1] != size]
+    print("module frame at", hex(frame_address(sys._getframe()) & 0xfff), "chunk edges after calls", edges[:3])
+""")
+
+
+@pytest.mark.skipif(not (3, 11) <= sys.version_info[:2] <= (3, 13) or sys.implementation.name != "cpython",
+                    reason="reads CPython 3.11-3.13's frame layout")
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_the_program_meets_the_stack_chunks_edges_where_it_does_under_python(tmp_path, how):
+    """`prov-trace run` runs the program's frames at the offsets python gives them in the interpreter's
+    stack chunks, so its calls cross the chunks' edges at the same depths (and pay for it as under python)."""
+    (tmp_path / "edges.py").write_text(EDGES)
+    target = ["edges.py"] if how == "script" else ["-m", "edges"]
+    env = {**os.environ, "PYTHONPATH": ""}
+    plain = subprocess.run([sys.executable, *target], cwd=tmp_path, capture_output=True, text=True, env=env,
+                           timeout=120)
+    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-q", "--no-report", "-o",
+                             str(tmp_path / "t.msgpack"), *target], cwd=tmp_path, capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr, traced.stderr)
+    assert plain.stdout.startswith("module frame at"), plain.stdout
+    assert traced.stdout == plain.stdout

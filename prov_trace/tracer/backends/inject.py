@@ -337,16 +337,22 @@ def instrument(code: types.CodeType, probe: Callable[[str, Any], None], phases: 
     # Seed the local names in their original order (bytecode would number them by first use),
     # so co_varnames, and the order of frame.f_locals, stay as they were.
     bc.argnames = list(code.co_varnames)
-    # Each inserted sequence is balanced and pushes at most 4 values above the depth at its
-    # point, so the new stack size is known, and the exception table's depths (read from the
-    # original) stay right: no control-flow analysis needed, which is most of bytecode's cost.
+    # Each inserted sequence is balanced and pushes 4 values above the depth at its point, so the
+    # exception table's depths (read from the original) stay right: no control-flow analysis needed,
+    # which is most of bytecode's cost. And the stack size stays the original's: the entry sequence
+    # runs on an empty stack, and CPython (3.11-3.13) returns with nothing on the stack but the value
+    # (RETURN_VALUE asserts it; RETURN_CONST has not even that), so the probes need 4 and 5 slots. A
+    # frame the same size as untraced keeps every frame the compile pushes above a target where it
+    # would be in the interpreter's 16 KiB stack chunks, so no call lands on a chunk's edge that
+    # would not untraced (each such call maps and unmaps a chunk: docs/benchmarks.md).
     concrete = bc.to_concrete_bytecode(compute_exception_stack_depths=False)
     for entry in concrete.exception_table or ():
         # bytecode 0.19 can lay out an empty range when it re-reads code it wrote itself;
         # assembling that would loop forever, so refuse (the caller falls back to settrace).
         if entry.stop_offset < entry.start_offset or entry.stack_depth < 0:
             raise RuntimeError("the rewritten exception table has an empty range")
-    new = concrete.to_code(stacksize=code.co_stacksize + 4, compute_exception_stack_depths=False)
+    new = concrete.to_code(stacksize=max(code.co_stacksize, 5 if RETURN in phases else 4),
+                           compute_exception_stack_depths=False)
     for attr in ("co_name", "co_qualname", "co_filename", "co_firstlineno", "co_argcount",
                  "co_posonlyargcount", "co_kwonlyargcount", "co_varnames", "co_freevars", "co_cellvars", "co_flags"):
         if getattr(new, attr) != getattr(code, attr):
