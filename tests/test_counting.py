@@ -109,3 +109,23 @@ def test_survival_rows_say_what_they_are(mlp_run, graph_break_run):
     md = report.to_markdown()
     assert "| in graph 1/0 inference | — |" in md
     assert "| no op on this line | — |" in md
+
+
+def test_from_node_actions_read_as_torch_prints_them(mlp_run):
+    """torch 2.6+ keeps a NodeSource's action as a list of enum members; the trace records the names."""
+    from prov_trace.stream.reader import read_trace
+
+    actions = []
+
+    def walk(items):
+        for item in items or ():
+            actions.append(item["action"])
+            walk(item.get("from_node"))
+
+    for r in read_trace(mlp_run.trace).records:
+        if r["kind"] == S.PROBE and r["stage"] == "post_grad":
+            for node in r["payload"]["nodes"]:
+                walk(node["fields"]["from_node"]["value"])
+    assert actions, "the MLP's post-grad nodes carry from_node"
+    assert set(actions) <= {"", "create", "replace", "create+replace"}, set(actions)
+    assert "create" in actions or "replace" in actions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 from typing import Any
 
@@ -55,7 +56,7 @@ def _from_node(sources: Any, budget: _Budget, depth: int = 0) -> list[dict[str, 
             "name": safe_str(getattr(src, "name", None), 200),
             "graph_id": _int_or_none(getattr(src, "graph_id", None)),
             "pass_name": safe_str(getattr(src, "pass_name", None), 200),
-            "action": safe_str(getattr(src, "action", None), 200),
+            "action": _action(getattr(src, "action", None)),
         }
         inner = getattr(src, "from_node", None)
         if depth < MAX_FROM_NODE_DEPTH:
@@ -67,6 +68,17 @@ def _from_node(sources: Any, budget: _Budget, depth: int = 0) -> list[dict[str, 
     if total > MAX_ITEMS:
         budget.cut += total - MAX_ITEMS
     return out
+
+
+def _action(value: Any) -> str:
+    """A NodeSource's action as torch prints it: ``create``, ``replace``, ``create+replace``.
+
+    torch 2.6+ keeps a list of `NodeSourceAction` members (a str before); only enum members are read
+    (their ``name``), anything else goes through `safe_str`.
+    """
+    if isinstance(value, (list, tuple)) and all(issubclass(type(a), enum.Enum) for a in value[:MAX_ITEMS]):
+        return cut_str("+".join(str(a.name).lower() for a in value[:MAX_ITEMS]), 200)
+    return safe_str(value, 200)
 
 
 def _int_or_none(v: Any) -> Any:
