@@ -158,7 +158,10 @@ def test_the_inline_report_leaks_no_css_into_the_notebook_page(mlp_run, tmp_path
     # The report's `body{...margin:16px 24px}` and 14px font stay inside its frame.
     assert seen == {"margin": "3px", "size": "11px", "frames": 1, "styles": 1}, seen
     shot = tmp_path / "notebook.png"
-    _browse(tmp_path, host.as_uri(), f"--screenshot={shot}", "--window-size=1000,700", "--hide-scrollbars")
+    # The report draws in an iframe (srcdoc), which a loaded machine may paint after the page's load event:
+    # virtual time lets every pending load and task run before the shot.
+    _browse(tmp_path, host.as_uri(), f"--screenshot={shot}", "--window-size=1000,700", "--hide-scrollbars",
+            "--virtual-time-budget=10000")
     _, _, hist = _png_pixels(shot.read_bytes())
     # The frame drew the report with its own CSS: its text colour (#1b1b1b) and table headers (#f4f4f4).
     assert hist.get((0x1B, 0x1B, 0x1B), 0) > 1000 and hist.get((0xF4, 0xF4, 0xF4), 0) > 10000, \
