@@ -8,7 +8,7 @@ unmaps a chunk per call. The host decides where a probe starts, so a probe can l
 
 This snapshots a real FX graph (the model traced by `torch.fx.symbolic_trace`, the probes' own
 `fx.snapshot_graph`) at each start depth from 0 to --depths frames below this script, twice per
-depth: called directly, and through `prov_trace.tracer.session.on_fresh_stack`, as the session
+depth: called directly, and through `prov_trace.tracer.stack.on_fresh_stack`, as the session
 calls every probe. For each it keeps the best of --repeat runs and the page faults of that run
 (`ru_minflt`), and prints the spread over the depths: median and worst time, the worst depth's
 faults, and how many depths cost more than 1.5 times the median. Both columns come from the same
@@ -59,7 +59,7 @@ def main() -> None:
     import torch.fx
 
     from prov_trace.probes import fx
-    from prov_trace.tracer.session import on_fresh_stack
+    from prov_trace.tracer.stack import on_fresh_stack
 
     if a.model == "encoder":
         model = _load(REPO / "examples" / "encoder_stack.py", "EncoderStack")()

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from prov_trace.errors import UsageError
 from prov_trace.probes import source as source_probe
 from prov_trace.signals import Terminated
+from prov_trace.tracer import stack
 
 
 # --- what to run ---------------------------------------------------------------------------
@@ -412,36 +413,13 @@ class _LiftedRecursionLimit:
 
 # --- the program's frames where python puts them ----------------------------------------------------
 #
-# CPython 3.11+ keeps frames in chunks of 16 KiB: a call that does not fit maps a new chunk, and the
-# chunk is unmapped when that call returns. Where a program's hot loop calls across a chunk's edge,
-# each call maps and unmaps a chunk: the encoder's compile took from 234,000 to 539,000 page faults
-# depending only on how many frames sat below its script (docs/benchmarks.md). So the program's own
-# frames are laid out exactly as under python: python runs a script's module frame in the thread's
-# first chunk, one slot in (the first is kept empty); here the module frame is exec'd from a frame of
-# 2,048 + 1 slots, which never fits in a 16 KiB chunk, so it opens a 32 KiB one, and leaves the module
-# frame the same room to the chunk's end as python leaves it. Every frame the program pushes after it
-# then meets the chunks' edges where it would under python. A -m module's frame sits after runpy's two
-# frames under python; the trampoline is sized for that too.
-
-#: Slots of an interpreter frame besides its locals and stack (FRAME_SPECIALS_SIZE), where it is known.
-_FRAME_SPECIALS = 9 if (3, 11) <= sys.version_info[:2] <= (3, 13) else None
-#: A frame this large (in 8-byte slots) always opens a new chunk, of 32 KiB: 4,093 slots after its header.
-_ROOT_ROOM = 2048 + 1
-
-
-def _frame_slots(code: types.CodeType) -> int:
-    """The slots an interpreter frame of `code` takes: its locals, cells and free variables, its stack."""
-    assert _FRAME_SPECIALS is not None
-    return len(set(code.co_varnames) | set(code.co_cellvars)) + len(code.co_freevars) + code.co_stacksize + _FRAME_SPECIALS
-
-
-def _sized(fn: Callable[..., Any], slots: int) -> Callable[..., Any]:
-    """`fn`, its code's stack grown so that its frame takes exactly `slots` slots (as-is where the frame
-    layout of this Python is not known)."""
-    if _FRAME_SPECIALS is not None:
-        code = fn.__code__
-        fn.__code__ = code.replace(co_stacksize=code.co_stacksize + slots - _frame_slots(code))
-    return fn
+# How deep the program starts decides where its calls cross the interpreter's 16 KiB frame-stack chunks,
+# and each call across an edge maps and unmaps a chunk (prov_trace/tracer/stack.py): the encoder's compile
+# took 234,000 to 539,000 page faults depending only on the frames below its script (docs/benchmarks.md).
+# Python runs a script's module frame one slot into the thread's first chunk; here it is exec'd from a
+# frame of `stack.OWN_CHUNK` slots, which opens a chunk of its own and leaves the module frame the same
+# room to that chunk's end, so every frame the program pushes meets the edges where it would under python.
+# A -m module's frame sits after runpy's two frames under python; that trampoline is sized for them too.
 
 
 def _exec_as_python(code: types.CodeType, globals_: dict[str, Any]) -> None:
@@ -450,7 +428,8 @@ def _exec_as_python(code: types.CodeType, globals_: dict[str, Any]) -> None:
         exec(code, globals_)
 
 
-_sized(_exec_as_python, _ROOT_ROOM)
+if stack.FRAME_SPECIALS is not None:  # elsewhere the layout is not known: exec'd from where it is
+    stack.sized(_exec_as_python, stack.OWN_CHUNK)
 
 
 def _run_module_as_python(run_code: Callable[..., Any], code: types.CodeType, spec: Any) -> None:
@@ -461,9 +440,9 @@ def _run_module_as_python(run_code: Callable[..., Any], code: types.CodeType, sp
         run_code(code, None, "__main__", spec)
 
 
-if _FRAME_SPECIALS is not None and hasattr(runpy, "_run_module_as_main") and hasattr(runpy, "_run_module_code"):
-    _sized(_run_module_as_python, _ROOT_ROOM + _frame_slots(runpy._run_module_as_main.__code__)
-           - _frame_slots(runpy._run_module_code.__code__))
+if stack.FRAME_SPECIALS is not None and hasattr(runpy, "_run_module_as_main") and hasattr(runpy, "_run_module_code"):
+    stack.sized(_run_module_as_python, stack.OWN_CHUNK + stack.frame_slots(runpy._run_module_as_main.__code__)
+                - stack.frame_slots(runpy._run_module_code.__code__))
 
 
 def _run_module_as_main(name: str, on_main: Callable[[types.ModuleType | None, types.CodeType], None] | None) -> None:

@@ -1,4 +1,4 @@
-"""Probes run at the start of a fresh frame-stack chunk (`session.on_fresh_stack`; docs/benchmarks.md).
+"""Probes run at the start of a fresh frame-stack chunk (`tracer/stack.py`: `on_fresh_stack`; docs/benchmarks.md).
 
 CPython 3.11+ keeps frames in 16 KiB chunks and unmaps a chunk as soon as the call that opened it
 returns, so code that keeps calling across a chunk's edge maps and unmaps a chunk (fresh pages) per
@@ -20,7 +20,8 @@ from prov_trace.contract import ENTRY, Hook, ProbeCall, Profile
 from prov_trace.stream.reader import read_trace
 from prov_trace.stream.writer import TraceWriter
 from prov_trace.tracer.core import BACKENDS
-from prov_trace.tracer.session import TraceSession, on_fresh_stack
+from prov_trace.tracer.session import TraceSession
+from prov_trace.tracer.stack import on_fresh_stack
 
 MOD = __name__
 

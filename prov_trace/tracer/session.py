@@ -27,6 +27,7 @@ from prov_trace.stream.writer import TraceWriter
 from prov_trace.tracer import core
 from prov_trace.tracer.backends.base import Backend, BackendUnavailable
 from prov_trace.tracer.imports import ImportWatcher
+from prov_trace.tracer.stack import on_fresh_stack
 from prov_trace.tracer.targets import ResolvedTarget, ResolveError, resolve, resolve_in_code
 from prov_trace.version import VERSION
 
@@ -520,24 +521,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def on_fresh_stack(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``, with its calls at the start of a fresh chunk of the interpreter's frame stack.
-
-    CPython (3.11+) keeps frames in 16 KiB chunks: a call that does not fit in the current chunk maps
-    a new one, and the chunk is unmapped as soon as that call returns. A probe that starts where the
-    host's stack leaves a chunk almost full maps and unmaps a chunk (4 fresh pages) on every call that
-    crosses the edge: in the encoder's AOT graph probe, 15,000 page faults and 140 ms for what takes
-    40 ms anywhere else (docs/benchmarks.md, bench/stack_chunks.py). This function's frame is made
-    bigger than a chunk, so it always starts a new chunk of twice the size, leaving the probe ~16 KiB
-    of its own; one chunk mapped per probe instead of one per call.
-    """
-    return fn(*args)
-
-
-#: 2,100 slots of 8 bytes: a frame larger than one 16 KiB chunk (see `on_fresh_stack`).
-on_fresh_stack.__code__ = on_fresh_stack.__code__.replace(co_stacksize=2100)
 
 
 def _thread() -> dict[str, Any]:
