@@ -5,7 +5,8 @@
 Paired and interleaved: each round runs the script untraced and traced, in an
 order that alternates round by round, after one warm-up pair. Both get
 TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 (prov-trace sets it anyway: a cache hit
-would skip the stages it traces), so both compile for real. Reported per
+would skip the stages it traces), so both compile for real; prov-trace's own cache
+(inject's rewrites, PROV_TRACE_CACHE_DIR) is in the temp dir, filled by the warm-up. Reported per
 script: the median wall time of each, the median of the per-round traced /
 untraced ratios (the paired overhead), and the processes' CPU time.
 
@@ -96,7 +97,10 @@ def main() -> None:
                # PYTHONDONTWRITEBYTECODE=1 (these machines set it) and an editable install, which has no
                # __pycache__, would otherwise charge prov-trace ~110 ms a run for compiling its own modules,
                # a cost no installed copy has.
-               "PYTHONPYCACHEPREFIX": f"{tmp}/pycache"}
+               "PYTHONPYCACHEPREFIX": f"{tmp}/pycache",
+               # prov-trace's own cache (inject's rewrites) in the temp dir too, filled by the warm-up run, as
+               # a user's is by their first run.
+               "PROV_TRACE_CACHE_DIR": f"{tmp}/prov-trace-cache"}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for name in args.scripts.split(","):
             script = str(SCRIPTS[name])

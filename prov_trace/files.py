@@ -14,9 +14,23 @@ import os
 import re
 import stat
 import tempfile
+from pathlib import Path
 
 from prov_trace.errors import UsageError
 from prov_trace.signals import SigtermUnwinds
+
+#: Where prov-trace keeps what it builds once and reuses (the Spyre stand-in's device library, inject's
+#: rewritten code): $PROV_TRACE_CACHE_DIR, else $XDG_CACHE_HOME/prov-trace, else ~/.cache/prov-trace.
+CACHE_ENV = "PROV_TRACE_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "prov-trace"
 
 #: A directory of a process's open files: a symlink in it names an open file, not a place to rename into.
 _FD_DIR = re.compile(r"^/proc/[^/]+/fd$|^/dev/fd$")

@@ -11,6 +11,9 @@ from pathlib import Path
 # Hypothesis keeps its example database and caches in .hypothesis/ under the working directory, which
 # is the checkout. Tests write only to temp dirs: point it at one before any test asks for it.
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="prov-trace-hypothesis-"))
+# prov-trace's own cache (inject's rewrites, the Spyre stand-in's library) goes to a temp dir too, for this
+# process and every process a test starts, never to ~/.cache or a cache the developer named.
+os.environ["PROV_TRACE_CACHE_DIR"] = tempfile.mkdtemp(prefix="prov-trace-cache-")
 try:
     from hypothesis import configuration as _hypothesis_configuration
 

@@ -360,6 +360,94 @@ def test_inject_keeps_behaviour_and_reports_every_exit(fn, calls):
     assert seen == want
 
 
+def _nested_factory(k):
+    def inner(x):
+        return x + k
+    return inner(1), inner.__code__
+
+
+@pytest.mark.parametrize("fn,calls", _shapes() + [(_nested_factory, [(2,)])], ids=lambda v: getattr(v, "__name__", ""))
+def test_inject_rewrites_kept_on_disk_behave_like_fresh_ones(fn, calls, tmp_path):
+    """A rewrite read back from the cache (a new RewriteCache on the same directory, as a later run has)
+    calls the same probes with the same values, and keeps the original's nested code objects."""
+    _available("inject")
+    from prov_trace.tracer.backends.inject import __file__ as INJECT_FILE
+    from prov_trace.tracer.backends.rewrites import RewriteCache
+
+    def outcome(*args):
+        try:
+            return ("ok", fn(*args))
+        except Exception as exc:  # noqa: BLE001
+            return ("raised", repr(exc))
+
+    expected = [outcome(*a) for a in calls]
+    original = fn.__code__
+    both = frozenset((ENTRY, RETURN))
+    for run, (hits, misses) in enumerate([(0, 1), (1, 0)]):
+        seen = []
+        cache = RewriteCache(tmp_path, INJECT_FILE)
+        new = cache.rewrite(original, both, lambda phase, retval: seen.append((phase, retval)), instrument)
+        assert (cache.hits, cache.misses) == (hits, misses), run
+        assert len(list(cache.directory.glob("*.marshal"))) == 1
+        nested = [c for c in new.co_consts if isinstance(c, type(original))]
+        assert all(any(c is o for o in original.co_consts) for c in nested)  # the original's own objects
+        assert new.co_stacksize == max(original.co_stacksize, 5)
+        fn.__code__ = new
+        try:
+            got = [outcome(*a) for a in calls]
+        finally:
+            fn.__code__ = original
+        assert got == expected
+        want = []
+        for kind, value in expected:
+            want.append((ENTRY, None))
+            if kind == "ok":
+                want.append((RETURN, value))
+        assert seen == want
+        if fn is _nested_factory:  # the function `def inner` makes runs the original's nested code object
+            assert got[0][1][1] is expected[0][1][1]
+
+
+def test_inject_cache_rewrites_again_where_an_entry_does_not_fit(tmp_path):
+    """A damaged entry, or one written for other code under the same name, is a miss: the code is
+    rewritten, and the entry replaced; a cache directory that can't be written is no cache, not an error."""
+    _available("inject")
+    from prov_trace.tracer.backends.inject import __file__ as INJECT_FILE
+    from prov_trace.tracer.backends.rewrites import RewriteCache
+
+    def f(x):
+        return x * 2
+
+    both = frozenset((ENTRY, RETURN))
+    cache = RewriteCache(tmp_path, INJECT_FILE)
+    cache.rewrite(f.__code__, both, lambda *a: None, instrument)
+    (entry,) = cache.directory.glob("*.marshal")
+    entry.write_bytes(entry.read_bytes()[:40])  # cut short
+    again = RewriteCache(tmp_path, INJECT_FILE)
+    seen = []
+    new = again.rewrite(f.__code__, both, lambda p, v: seen.append((p, v)), instrument)
+    assert (again.hits, again.misses) == (0, 1)
+    f_new = type(f)(new, f.__globals__)
+    assert f_new(3) == 6 and seen == [(ENTRY, None), (RETURN, 6)]
+    # Another function's entry under this one's name: it does not fit, so it is not used.
+    def g(x):
+        return x * 3
+
+    other = RewriteCache(tmp_path / "other", INJECT_FILE)
+    other.rewrite(g.__code__, both, lambda *a: None, instrument)
+    (g_entry,) = other.directory.glob("*.marshal")
+    entry.write_bytes(g_entry.read_bytes())
+    third = RewriteCache(tmp_path, INJECT_FILE)
+    new = third.rewrite(f.__code__, both, lambda *a: None, instrument)
+    assert (third.hits, third.misses) == (0, 1) and type(f)(new, f.__globals__)(3) == 6
+    # A cache root that is a file: nothing can be kept, every rewrite is made fresh, nothing raises.
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    none = RewriteCache(blocked, INJECT_FILE)
+    new = none.rewrite(f.__code__, both, lambda *a: None, instrument)
+    assert (none.hits, none.misses) == (0, 1) and type(f)(new, f.__globals__)(4) == 8
+
+
 # --- choosing ------------------------------------------------------------------------------
 
 

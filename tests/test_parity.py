@@ -73,3 +73,32 @@ def test_the_headers_differ_only_in_the_backend(fast_trace, settrace_trace):
     a, b = fast_trace[0], settrace_trace[0]
     assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} <= HEADER_VOLATILE | TIMING
     assert a["backend_reason"] == f"{FAST} was requested" and b["backend_reason"] == "settrace was requested"
+
+
+def _cache_entries() -> dict[str, tuple[int, int]]:
+    import os
+    from pathlib import Path
+
+    root = Path(os.environ["PROV_TRACE_CACHE_DIR"]) / "inject"  # conftest points it at a temp dir
+    return {str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in root.rglob("*.marshal")}
+
+
+@pytest.fixture(scope="session")
+def inject_from_cache(tmp_path_factory, fast_trace) -> tuple[list[dict], dict, dict]:
+    before = _cache_entries()  # the inject run above kept its rewrites
+    records = _trace(tmp_path_factory, "inject")
+    return records, before, _cache_entries()
+
+
+@pytest.mark.skipif(HAS_MONITORING, reason="inject is the default backend on 3.11; the unit tests cover its cache on 3.12+")
+def test_inject_from_its_cache_traces_what_a_fresh_rewrite_does(inject_from_cache, settrace_trace):
+    """A second inject run finds every rewrite in the cache (no entry added or replaced) and traces the
+    same records as settrace, which rewrites nothing."""
+    records, before, after = inject_from_cache
+    assert before and after == before
+    assert records[-1]["kind"] == "end" and records[-1]["outcome"] == "ok"
+    cached, slow = normalised(records), normalised(settrace_trace)
+    assert len(cached) == len(slow)
+    problems = [f"record {i} ({a['kind']} {a.get('stage')}){d}" for i, (a, b) in enumerate(zip(cached, slow))
+                for d in differences(a, b)]
+    assert not problems, "inject from its cache and settrace differ:\n" + "\n".join(problems[:40])

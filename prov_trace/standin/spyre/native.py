@@ -20,24 +20,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+from prov_trace.files import CACHE_ENV, cache_root
+
 from .errors import StandInUnavailable
 
 SOURCE = Path(__file__).with_name("_native.cpp")
 OPS_NAMESPACE = "prov_trace_spyre"
-#: Where built libraries are kept: $PROV_TRACE_CACHE_DIR, else $XDG_CACHE_HOME/prov-trace, else ~/.cache/prov-trace.
-CACHE_ENV = "PROV_TRACE_CACHE_DIR"
 
 _lock = threading.Lock()
 _loaded: str | None = None
-
-
-def cache_root() -> Path:
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "prov-trace"
 
 
 def _compiler() -> str:

@@ -53,18 +53,25 @@ here; 3.12+ normally uses the monitoring backend anyway.
 
 When several function objects share one code object (a factory returning
 closures), only the function the target resolved to is instrumented.
+
+Each rewrite is kept on disk (``rewrites.py``) and read back by later runs where
+the entry's original equals the target's code object, so a run pays the
+``bytecode`` package only for functions it has not rewritten before.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import sys
 import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from prov_trace import files
 from prov_trace.contract import ENTRY, RETURN
 from prov_trace.tracer.backends.base import Backend, BackendUnavailable, Dispatch
+from prov_trace.tracer.backends.rewrites import RewriteCache
 from prov_trace.tracer.backends.settrace import SettraceBackend
 from prov_trace.tracer.imports import ImportWatcher
 from prov_trace.tracer.targets import REPLACED_CODE, original_code
@@ -127,6 +134,8 @@ class InjectBackend(Backend):
         self._dynamo_watch: ImportWatcher | None = None
         self._problems: list[str] = []
         self.log: Callable[[str], None] = _log
+        #: Rewrites kept from earlier runs (rewrites.py); set up by start().
+        self.cache: RewriteCache | None = None
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -135,9 +144,15 @@ class InjectBackend(Backend):
             lo, hi = SUPPORTED[0], SUPPORTED[-1]
             return (f"inject knows the bytecode of Python {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]} only, "
                     f"and this is Python {version[0]}.{version[1]}")
-        try:
-            import bytecode  # noqa: F401
-        except ImportError:
+        # Found, not imported (~14 ms): a run whose rewrites all come from the cache never needs it.
+        if "bytecode" in sys.modules:
+            found = sys.modules["bytecode"] is not None
+        else:
+            try:
+                found = importlib.util.find_spec("bytecode") is not None
+            except (ImportError, ValueError):
+                found = False
+        if not found:
             return "the bytecode package isn't installed (pip install bytecode)"
         return None
 
@@ -146,6 +161,12 @@ class InjectBackend(Backend):
         if reason:
             raise BackendUnavailable(reason)
         self._dispatch = dispatch
+        if self.cache is None:
+            try:
+                root = files.cache_root()
+            except Exception:  # noqa: BLE001 - no home directory to find a cache in: rewrite every time
+                root = None
+            self.cache = RewriteCache(root, __file__)
 
     def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
         if self._dispatch is None:
@@ -216,7 +237,10 @@ class InjectBackend(Backend):
     def _rewrite(self, code: types.CodeType, phases: frozenset[str], function: Any) -> None:
         wanted = set(phases)
         try:
-            new_code = instrument(code, _make_probe(code, self, wanted), frozenset((ENTRY, RETURN)))
+            probe = _make_probe(code, self, wanted)
+            both = frozenset((ENTRY, RETURN))
+            new_code = (self.cache.rewrite(code, both, probe, instrument) if self.cache is not None
+                        else instrument(code, probe, both))
         except Exception as exc:  # noqa: BLE001 - any bytecode it can't rewrite
             self._fall_back(code, phases, f"its bytecode could not be rewritten ({type(exc).__name__}: {exc})")
             return

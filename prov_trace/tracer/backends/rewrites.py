@@ -1,0 +1,158 @@
+"""inject's rewritten code objects, kept on disk so a later run does not rewrite the same function again.
+
+Rewriting a target with the ``bytecode`` package costs milliseconds per function, tens for a large one
+(Inductor's ``AotCodeCompiler.compile``: ~57 ms on 3.11), and every run rewrote every target again: about
+130 ms of a 3.11 run's fixed cost (docs/benchmarks.md). The rewrite is a pure function of the original
+code object and the rewriting code, so its result is kept, with ``marshal``, under
+``<cache root>/inject/<tag>/`` (the cache root is ``$PROV_TRACE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/prov-trace``, else ``~/.cache/prov-trace``). The tag is a digest of the Python
+build, the ``bytecode`` package's version file and the rewriting code (this module and inject.py), so
+a change to any of them starts afresh.
+
+What is cached is the rewrite with a placeholder constant where the probe goes (a probe is a closure,
+which ``marshal`` can't write); `bind` puts the run's probe there. An entry holds the original code
+object beside the rewrite, and is used only where that original equals the code object being rewritten
+(same file, name, line, bytecode, constants, names, line and exception tables): anything else, and any
+entry that can't be read, is a miss, and the code is rewritten as before. Nested code objects (the
+constants a ``def`` or ``lambda`` inside the target makes functions from) are the original's own
+objects in the result, as in a rewrite made in the process, so the functions they make are the ones
+target resolution finds.
+
+Nothing here may hurt the host: a cache that can't be created, read or written is skipped. Entries are
+written to a temporary file and renamed into place, so two processes filling the cache at once never
+read half an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import marshal
+import os
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+#: The constant a cached rewrite carries where the probe goes; `bind` replaces it.
+PLACEHOLDER = "\x00prov-trace: inject's probe\x00"
+#: Bump when the layout of an entry changes.
+FORMAT = 1
+#: The original's attributes an entry must match (code equality leaves out co_filename, and, on some
+#: versions, others listed here; checking them costs nothing).
+_SAME = ("co_filename", "co_name", "co_qualname", "co_firstlineno", "co_flags", "co_argcount",
+         "co_posonlyargcount", "co_kwonlyargcount", "co_varnames", "co_freevars", "co_cellvars", "co_names",
+         "co_stacksize", "co_code", "co_linetable", "co_exceptiontable")
+
+
+class Miss(Exception):
+    """A cached rewrite that does not fit the code object at hand."""
+
+
+def _bytecode_files() -> list[str]:
+    """The bytecode package's version file (else its __init__), found without importing it (~14 ms)."""
+    module = sys.modules.get("bytecode")
+    origin = getattr(module, "__file__", None) or importlib.util.find_spec("bytecode").origin
+    version = Path(origin).with_name("version.py")
+    return [str(version if version.is_file() else origin)]
+
+
+def _tag(rewriter: str) -> str:
+    """The Python build, the bytecode package and the code that rewrites (`rewriter`, inject.py, and this
+    module): a change to any starts a new directory."""
+    digest = hashlib.sha256(f"{FORMAT}|{sys.version}|{sys.implementation.cache_tag}".encode())
+    for path in (rewriter, __file__, *_bytecode_files()):
+        digest.update(Path(path).read_bytes())
+    return f"{sys.implementation.cache_tag}-{digest.hexdigest()[:20]}"
+
+
+def _key(code: types.CodeType, phases: frozenset[str]) -> str:
+    digest = hashlib.sha256()
+    for part in (code.co_filename, code.co_qualname, str(code.co_firstlineno), ",".join(sorted(phases))):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\x00")
+    digest.update(code.co_code)
+    return digest.hexdigest()[:32]
+
+
+def bind(rewrite: types.CodeType, original: types.CodeType, probe: Callable[[str, Any], None]) -> types.CodeType:
+    """`rewrite` with the probe in the placeholder's place and the original's own nested code objects."""
+    nested = [c for c in original.co_consts if isinstance(c, types.CodeType)]
+    consts = []
+    for c in rewrite.co_consts:
+        if type(c) is str and c == PLACEHOLDER:
+            consts.append(probe)
+        elif isinstance(c, types.CodeType):
+            for i, o in enumerate(nested):
+                if o == c and o.co_filename == c.co_filename:
+                    consts.append(nested.pop(i))
+                    break
+            else:
+                raise Miss(f"nested code {c.co_qualname} is not the original's")
+        else:
+            consts.append(c)
+    return rewrite.replace(co_consts=tuple(consts))
+
+
+def _fits(cached: types.CodeType, code: types.CodeType) -> bool:
+    return cached == code and all(getattr(cached, a, None) == getattr(code, a, None) for a in _SAME)
+
+
+class RewriteCache:
+    """Rewrites by (code object, phases), on disk; `hits` and `misses` count this process's lookups."""
+
+    def __init__(self, root: Path | None, rewriter: str) -> None:
+        self.hits = 0
+        self.misses = 0
+        self._dir: Path | None = None
+        if root is not None:
+            try:
+                self._dir = Path(root) / "inject" / _tag(rewriter)
+            except Exception:  # noqa: BLE001 - no bytecode package, an unreadable source: no cache
+                self._dir = None
+
+    @property
+    def directory(self) -> Path | None:
+        return self._dir
+
+    def rewrite(self, code: types.CodeType, phases: frozenset[str], probe: Callable[[str, Any], None],
+                make: Callable[[types.CodeType, Any, frozenset[str]], types.CodeType]) -> types.CodeType:
+        """The rewrite of `code` with `probe` bound: from the cache when an entry fits, else made with `make`
+        (``instrument``) and kept."""
+        cacheable = self._dir is not None and not any(type(c) is str and c == PLACEHOLDER for c in code.co_consts)
+        if not cacheable:
+            return make(code, probe, phases)
+        path = self._dir / f"{_key(code, phases)}.marshal"
+        try:
+            with open(path, "rb") as f:
+                fmt, original, rewritten = marshal.load(f)
+            if fmt != FORMAT or not _fits(original, code):
+                raise Miss("a different code object")
+            new = bind(rewritten, code, probe)
+        except Exception:  # noqa: BLE001 - absent, unreadable, stale or foreign: rewrite it
+            pass
+        else:
+            self.hits += 1
+            return new
+        self.misses += 1
+        rewritten = make(code, PLACEHOLDER, phases)
+        self._store(path, code, rewritten)
+        return bind(rewritten, code, probe)
+
+    def _store(self, path: Path, code: types.CodeType, rewritten: types.CodeType) -> None:
+        try:
+            data = marshal.dumps((FORMAT, code, rewritten))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
+        except Exception:  # noqa: BLE001 - a read-only or full cache: this run simply keeps its rewrite
+            pass
