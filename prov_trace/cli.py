@@ -187,7 +187,8 @@ _PATH_IN = click.Path(dir_okay=False)
               help="Probes from a TOML file of [[probe]] tables (target, event, stage). See docs/probes.md.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="Event backend: monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
-                   "bytecode), settrace (any Python, slowest). `auto` takes the best available and says why.")
+                   "bytecode; the rewrites are kept in $PROV_TRACE_CACHE_DIR, else ~/.cache/prov-trace, for later "
+                   "runs), settrace (any Python, slowest). `auto` takes the best available and says why.")
 @click.option("--tool-id", type=click.IntRange(0, 5), default=None, metavar="ID",
               help="The sys.monitoring tool id to hold (monitoring backend). Default: 4, leaving 3 (the first id "
                    "no tool is assigned) to the program; 3 if 4 is taken; never 5 (CPython's optimizer). "
