@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = {"mlp": REPO / "bench" / "scripts" / "compile_mlp.py", "encoder": REPO / "bench" / "scripts" / "compile_encoder.py"}
+from whole_process import REPO, SCRIPTS, run_once  # noqa: E402 - bench/ is this script's directory
+
 OPTIONS = {"traced": [], "no-report": ["--no-report"], "no-follow": ["--no-report", "--no-follow"],
            "inject": ["--backend", "inject"], "inject-no-report": ["--backend", "inject", "--no-report"]}
 
@@ -76,12 +73,7 @@ def main() -> None:
                     *OPTIONS[variant], script]
 
         def run(variant: str) -> tuple[float, float, float | None]:
-            r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-            proc = subprocess.run(command(variant), env=env, cwd=tmp, capture_output=True, text=True)
-            wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-            if proc.returncode != 0:
-                sys.exit(f"{variant} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            wall, cpu, _ = run_once(command(variant), env, tmp)
             return wall, cpu, (probe_seconds(trace) if variant != "python" else None)
 
         for v in variants:  # warm-up: disk caches, pyc files

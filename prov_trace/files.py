@@ -117,24 +117,29 @@ def write_atomic(path: str, text: str) -> None:
         return
     if kind not in ("new", "regular"):
         raise IsADirectoryError(21, f"it is {kind}") if kind == "a directory" else OSError(f"it is {kind}")
-    target = os.path.realpath(path)
-    directory = os.path.dirname(target) or "."
     with SigtermUnwinds():
-        fd, tmp = tempfile.mkstemp(prefix=".prov-trace-", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-                f.write(text)
-            # mkstemp makes the file 0600; give it the mode a plain open() would (0666 less the umask).
+        replace_file(os.path.realpath(path), text.encode("utf-8", "surrogateescape"), as_open=True)
+
+
+def replace_file(target: str | os.PathLike[str], data: bytes, *, as_open: bool = False) -> None:
+    """Write `data` to a temporary file beside `target` and rename it over `target`: a reader sees the old
+    file or the new one, never half of one; on any failure the temporary file is removed. `as_open` gives
+    the file the mode a plain open() would (0666 less the umask), not mkstemp's 0600."""
+    fd, tmp = tempfile.mkstemp(prefix=".prov-trace-", suffix=".tmp", dir=os.path.dirname(target) or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if as_open:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, target)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def write_output(path: str, text: str, what: str) -> None:

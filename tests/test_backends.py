@@ -335,29 +335,35 @@ def test_inject_keeps_behaviour_and_reports_every_exit(fn, calls):
     def probe(phase, retval):
         seen.append((phase, retval))
 
-    def outcome(*args):
-        try:
-            return ("ok", fn(*args))
-        except Exception as exc:  # noqa: BLE001
-            return ("raised", repr(exc))
-
-    expected = [outcome(*a) for a in calls]
+    expected = [_outcome(fn, a) for a in calls]
     original = fn.__code__
     fn.__code__ = instrument(original, probe, frozenset((ENTRY, RETURN)))
     # The frame keeps its size (the probes need 5 slots at most), so the frames above it are laid out
     # in the interpreter's stack chunks as untraced (docs/benchmarks.md).
     assert fn.__code__.co_stacksize == max(original.co_stacksize, 5)
     try:
-        got = [outcome(*a) for a in calls]
+        got = [_outcome(fn, a) for a in calls]
     finally:
         fn.__code__ = original
     assert got == expected
+    assert seen == _probe_calls(expected)
+
+
+def _outcome(fn, args):
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # noqa: BLE001
+        return ("raised", repr(exc))
+
+
+def _probe_calls(expected):
+    """The probe calls a run with these outcomes makes: an entry for each call, a return for each that returned."""
     want = []
     for kind, value in expected:
         want.append((ENTRY, None))
         if kind == "ok":
             want.append((RETURN, value))
-    assert seen == want
+    return want
 
 
 def _nested_factory(k):
@@ -374,13 +380,7 @@ def test_inject_rewrites_kept_on_disk_behave_like_fresh_ones(fn, calls, tmp_path
     from prov_trace.tracer.backends.inject import __file__ as INJECT_FILE
     from prov_trace.tracer.backends.rewrites import RewriteCache
 
-    def outcome(*args):
-        try:
-            return ("ok", fn(*args))
-        except Exception as exc:  # noqa: BLE001
-            return ("raised", repr(exc))
-
-    expected = [outcome(*a) for a in calls]
+    expected = [_outcome(fn, a) for a in calls]
     original = fn.__code__
     both = frozenset((ENTRY, RETURN))
     for run, (hits, misses) in enumerate([(0, 1), (1, 0)]):
@@ -394,16 +394,11 @@ def test_inject_rewrites_kept_on_disk_behave_like_fresh_ones(fn, calls, tmp_path
         assert new.co_stacksize == max(original.co_stacksize, 5)
         fn.__code__ = new
         try:
-            got = [outcome(*a) for a in calls]
+            got = [_outcome(fn, a) for a in calls]
         finally:
             fn.__code__ = original
         assert got == expected
-        want = []
-        for kind, value in expected:
-            want.append((ENTRY, None))
-            if kind == "ok":
-                want.append((RETURN, value))
-        assert seen == want
+        assert seen == _probe_calls(expected)
         if fn is _nested_factory:  # the function `def inner` makes runs the original's nested code object
             assert got[0][1][1] is expected[0][1][1]
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import marshal
-import os
 import sys
-import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable
+
+from prov_trace import files
 
 #: The constant a cached rewrite carries where the probe goes; `bind` replaces it.
 PLACEHOLDER = "\x00prov-trace: inject's probe\x00"
@@ -143,16 +143,6 @@ class RewriteCache:
         try:
             data = marshal.dumps((FORMAT, code, rewritten))
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            files.replace_file(path, data)
         except Exception:  # noqa: BLE001 - a read-only or full cache: this run simply keeps its rewrite
             pass
