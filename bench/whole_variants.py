@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from whole_process import REPO, SCRIPTS, run_once  # noqa: E402 - bench/ is this script's directory
+from whole_process import REPO, SCRIPTS, run_once  # bench/, this script's directory, is on sys.path
 
 OPTIONS = {"traced": [], "no-report": ["--no-report"], "no-follow": ["--no-report", "--no-follow"],
            "inject": ["--backend", "inject"], "inject-no-report": ["--backend", "inject", "--no-report"]}
