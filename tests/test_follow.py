@@ -8,6 +8,7 @@ The tiny models compile in a few seconds each; the torchrun and torch.multiproce
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -275,10 +276,37 @@ dist.destroy_process_group()
 
 
 def _torchrun(tmp_path: Path, *script_args: str) -> subprocess.CompletedProcess:
+    """The DDP script under torchrun, traced; run once more only where the first run met torch's own
+    teardown abort (`_died_in_torch_teardown`), never for any other failure."""
     (tmp_path / "ddp.py").write_text(DDP)
-    return cli("run", "-q", "-o", str(tmp_path / "traces") + os.sep, "--report", str(tmp_path / "r.md"),
-               "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(tmp_path / "ddp.py"),
-               *script_args, cwd=tmp_path, env=ENV)
+    for attempt in (1, 2):
+        proc = cli("run", "-q", "-o", str(tmp_path / "traces") + os.sep, "--report", str(tmp_path / "r.md"),
+                   "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(tmp_path / "ddp.py"),
+                   *script_args, cwd=tmp_path, env=ENV)
+        if attempt == 2 or not _died_in_torch_teardown(proc, tmp_path / "traces"):
+            return proc
+        shutil.rmtree(tmp_path / "traces")
+        (tmp_path / "r.md").unlink()
+    raise AssertionError("unreachable")
+
+
+def _died_in_torch_teardown(proc: subprocess.CompletedProcess, traces: Path) -> bool:
+    """A rank aborted ("terminate called without an active exception", SIGABRT) in the interpreter's
+    teardown, after it printed its result and after its stream had ended ``ok``: a C++ thread of torch's
+    (gloo, autograd) met the interpreter's finalization. Seen once in CI, on a loaded two-core machine;
+    the threads alive at exit are the same traced and untraced (gloo_tcp_loop, pt_gloo_runloop,
+    pt_autograd_*, tqdm_monitor), and 14 traced and 14 untraced runs side by side here were all clean.
+    The tracer had done its part (each stream ended ``ok``, the exit status was the program's), so the
+    run says nothing about prov-trace: it is run again. Anything else that fails, fails the test."""
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0 or "terminate called without an active exception" not in out:
+        return False
+    if not all(f"rank {r} done" in out for r in (0, 1)):
+        return False
+    try:
+        return all(read_trace(traces / f"rank-{r}.msgpack").end["outcome"] == "ok" for r in (0, 1))
+    except Exception:  # noqa: BLE001 - a stream that is not whole is a failure to report, not to retry
+        return False
 
 
 @pytest.mark.heavy
