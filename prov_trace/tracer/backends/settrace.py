@@ -103,6 +103,8 @@ def _name(fn: Any) -> str:
 
 _RETURN_OPS = {op for name, op in dis.opmap.items() if name in ("RETURN_VALUE", "RETURN_CONST")}
 _YIELD_OPS = {op for name, op in dis.opmap.items() if name == "YIELD_VALUE"}
+#: 3.13+: a yield's 'return' event has f_lasti on the RESUME after YIELD_VALUE (before 3.13, on the YIELD_VALUE).
+_RESUME_AFTER_YIELD = dis.opmap.get("RESUME") if sys.version_info >= (3, 13) else None
 _SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
@@ -116,6 +118,8 @@ def _how_it_left(frame: types.FrameType) -> str | None:
     if code[i] in _RETURN_OPS:
         return RETURN
     if code[i] in _YIELD_OPS:
+        return YIELD
+    if code[i] == _RESUME_AFTER_YIELD and i >= 2 and code[i - 2] in _YIELD_OPS:
         return YIELD
     return None
 
