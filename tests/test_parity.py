@@ -1,12 +1,12 @@
 """Parity: the reference MLP's compile traced by two backends gives the same records.
 
-3.12+: monitoring against settrace. 3.11: inject against settrace. Each trace
-is one `prov-trace run ... --backend NAME --no-report` in a fresh process (two
-compiles for the whole file). The records must agree in order and content,
-apart from what differs between any two processes: timing fields (t_ns,
-probe_ns), thread ids, id()-based numbers (graph_id values, the keys of
-nn_module_stack), the artifact's temporary directory, and the header's
-backend, pid and start time.
+3.12+: monitoring against settrace, and inject against settrace. 3.11: inject
+against settrace. Each trace is one `prov-trace run ... --backend NAME --no-report`
+in a fresh process (two compiles for the whole file, three on 3.12+). The records
+must agree in order and content, apart from what differs between any two
+processes: timing fields (t_ns, probe_ns), thread ids, id()-based numbers
+(graph_id values, the keys of nn_module_stack), the artifact's temporary
+directory, and the header's backend, pid and start time.
 """
 
 from __future__ import annotations
@@ -73,6 +73,17 @@ def test_the_headers_differ_only_in_the_backend(fast_trace, settrace_trace):
     a, b = fast_trace[0], settrace_trace[0]
     assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} <= HEADER_VOLATILE | TIMING
     assert a["backend_reason"] == f"{FAST} was requested" and b["backend_reason"] == "settrace was requested"
+
+
+@pytest.mark.skipif(not HAS_MONITORING, reason="on 3.11 inject is the fast backend compared above")
+def test_inject_on_this_python_traces_what_settrace_does(tmp_path_factory, settrace_trace):
+    """inject on 3.12 and 3.13, where `auto` picks monitoring: each has its own call sequence
+    (3.12: NULL, callable; 3.13: callable, NULL), and the records must still be settrace's."""
+    injected, slow = normalised(_trace(tmp_path_factory, "inject")), normalised(settrace_trace)
+    assert len(injected) == len(slow)
+    problems = [f"record {i} ({a['kind']} {a.get('stage')}){d}" for i, (a, b) in enumerate(zip(injected, slow))
+                for d in differences(a, b)]
+    assert not problems, "inject and settrace differ:\n" + "\n".join(problems[:40])
 
 
 def _cache_entries() -> dict[str, tuple[int, int]]:

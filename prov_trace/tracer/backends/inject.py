@@ -48,8 +48,10 @@ to the original's plus 4 (what one inserted call needs), instead of running the
 Inductor functions its depths differ from the compiler's. Checked over every
 plain function in torch._dynamo, torch._inductor and torch.fx (about 14,900
 on 3.11 and 3.12): same names, flags and exception depths as the original.
-The 3.13 call sequence is written from CPython's documentation and not tested
-here; 3.12+ normally uses the monitoring backend anyway.
+On 3.12 and 3.13 (each with its own call sequence), where `auto` picks the
+monitoring backend, tests/test_parity.py checks that inject traces the reference
+MLP's compile with the same records as settrace; CI runs it on 3.12, and it was
+run on 3.13.0 with torch 2.13.0 (docs/compat.md).
 
 When several function objects share one code object (a factory returning
 closures), only the function the target resolved to is instrumented.
