@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import time
 
 import msgpack
 import pytest
@@ -441,6 +443,46 @@ def test_inject_cache_rewrites_again_where_an_entry_does_not_fit(tmp_path):
     none = RewriteCache(blocked, INJECT_FILE)
     new = none.rewrite(f.__code__, both, lambda *a: None, instrument)
     assert (none.hits, none.misses) == (0, 1) and type(f)(new, f.__globals__)(4) == 8
+
+
+def test_inject_cache_prunes_directories_no_run_used_for_a_month(tmp_path):
+    """A run that creates its tag directory removes the sibling tag directories unused for STALE_DAYS days,
+    and nothing else: a recent one, a directory that is not a tag, and one holding a file inject never
+    writes all stay. A hit marks its directory used, so a directory in use is never stale."""
+    _available("inject")
+    from prov_trace.tracer.backends.inject import __file__ as INJECT_FILE
+    from prov_trace.tracer.backends.rewrites import STALE_DAYS, RewriteCache
+
+    def f(x):
+        return x + 1
+
+    inject = tmp_path / "inject"
+    old = time.time() - (STALE_DAYS + 1) * 86_400
+
+    def tag_dir(name, *entries):
+        d = inject / name
+        d.mkdir(parents=True)
+        for e in entries:
+            (d / e).write_bytes(b"x")
+        os.utime(d, (old, old))
+        return d
+
+    stale = tag_dir("cpython-311-" + "a" * 20, "k1.marshal", "k2.marshal", ".prov-trace-x.tmp")
+    foreign = tag_dir("cpython-310-" + "b" * 20, "k.marshal", "notes.txt")
+    not_a_tag = tag_dir("mine", "k.marshal")
+    recent = tag_dir("cpython-39-" + "c" * 20, "k.marshal")
+    os.utime(recent)  # used just now
+    both = frozenset((ENTRY, RETURN))
+    cache = RewriteCache(tmp_path, INJECT_FILE)
+    cache.rewrite(f.__code__, both, lambda *a: None, instrument)
+    assert cache.misses == 1 and cache.directory.is_dir()
+    assert not stale.exists()
+    assert foreign.exists() and not_a_tag.exists() and recent.exists()
+    # A later run that only reads its month-old directory marks it used.
+    os.utime(cache.directory, (old, old))
+    again = RewriteCache(tmp_path, INJECT_FILE)
+    again.rewrite(f.__code__, both, lambda *a: None, instrument)
+    assert again.hits == 1 and time.time() - cache.directory.stat().st_mtime < 3600
 
 
 # --- choosing ------------------------------------------------------------------------------

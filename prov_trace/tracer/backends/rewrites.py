@@ -21,6 +21,11 @@ target resolution finds.
 Nothing here may hurt the host: a cache that can't be created, read or written is skipped. Entries are
 written to a temporary file and renamed into place, so two processes filling the cache at once never
 read half an entry.
+
+Old directories are pruned: a run that uses a directory marks it used (its modification time, at most
+once a day), and a run that creates a new one removes its siblings unused for `STALE_DAYS` days, so
+upgrading Python, ``bytecode`` or prov-trace does not leave the old rewrites behind for good. Only what
+this module writes is removed: directories named as `_tag` names them, holding ``*.marshal`` entries.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import marshal
+import os
+import re
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable
@@ -39,6 +47,12 @@ from prov_trace import files
 PLACEHOLDER = "\x00prov-trace: inject's probe\x00"
 #: Bump when the layout of an entry changes.
 FORMAT = 1
+#: A tag directory unused for this many days is removed when a run creates a new one.
+STALE_DAYS = 30
+#: A directory `_tag` names: only these are ever pruned.
+_TAG_DIR = re.compile(r"^[A-Za-z0-9_.-]+-[0-9a-f]{20}$")
+#: A directory's use is marked at most this often (seconds), so a run costs no write when nothing changed.
+_MARK_EVERY = 86_400
 #: The original's attributes an entry must match (code equality leaves out co_filename, and, on some
 #: versions, others listed here; checking them costs nothing).
 _SAME = ("co_filename", "co_name", "co_qualname", "co_firstlineno", "co_flags", "co_argcount",
@@ -133,6 +147,7 @@ class RewriteCache:
             pass
         else:
             self.hits += 1
+            self._mark_used()
             return new
         self.misses += 1
         rewritten = make(code, PLACEHOLDER, phases)
@@ -142,7 +157,51 @@ class RewriteCache:
     def _store(self, path: Path, code: types.CodeType, rewritten: types.CodeType) -> None:
         try:
             data = marshal.dumps((FORMAT, code, rewritten))
+            new = not path.parent.is_dir()
             path.parent.mkdir(parents=True, exist_ok=True)
             files.replace_file(path, data)
         except Exception:  # noqa: BLE001 - a read-only or full cache: this run simply keeps its rewrite
+            return
+        self._marked = True  # writing the entry updated the directory's time
+        if new:
+            prune(path.parent.parent, keep=path.parent.name)
+
+    _marked = False
+
+    def _mark_used(self) -> None:
+        """Set the directory's modification time to now, where it is more than a day old (once a process)."""
+        if self._marked or self._dir is None:
+            return
+        self._marked = True
+        try:
+            if time.time() - self._dir.stat().st_mtime > _MARK_EVERY:
+                os.utime(self._dir)
+        except OSError:
             pass
+
+
+def prune(inject_dir: Path, keep: str, now: float | None = None) -> list[str]:
+    """Remove the tag directories in `inject_dir` other than `keep` that no run used for `STALE_DAYS` days;
+    their names. Nothing else is touched: a directory whose name is not a tag, or that holds anything but
+    ``*.marshal`` entries (and the temporary files of an interrupted write), stays; an error skips it."""
+    cutoff = (time.time() if now is None else now) - STALE_DAYS * 86_400
+    removed = []
+    try:
+        candidates = [d for d in os.scandir(inject_dir) if d.name != keep and _TAG_DIR.match(d.name)]
+    except OSError:
+        return removed
+    for d in candidates:
+        try:
+            if not d.is_dir(follow_symlinks=False) or d.stat(follow_symlinks=False).st_mtime > cutoff:
+                continue
+            entries = list(os.scandir(d.path))
+            if not all(e.is_file(follow_symlinks=False) and (e.name.endswith(".marshal") or e.name.startswith(".prov-trace-"))
+                       for e in entries):
+                continue
+            for e in entries:
+                os.unlink(e.path)
+            os.rmdir(d.path)
+            removed.append(d.name)
+        except OSError:
+            continue
+    return removed
