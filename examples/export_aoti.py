@@ -5,7 +5,7 @@
 No torch.compile here: the report's Source stage is the module's forward that torch.export traced,
 its Export graph is the ExportedProgram's graph, and its Artifact is the C++ AOTInductor wrote (the
 wrapper and kernel sources inside the package), scanned for provenance comments. The package goes to
-a temporary directory, or to the path given as the first argument.
+the path given as the first argument, else to a new temporary directory; its path is printed.
 """
 
 import os
@@ -25,7 +25,7 @@ def main(package_path: str | None = None) -> str:
     exported = torch.export.export(model, example)
     path = package_path or os.path.join(tempfile.mkdtemp(prefix="export_aoti-"), "mlp.pt2")
     path = torch._inductor.aoti_compile_and_package(exported, package_path=path)
-    print(f"packaged: {os.path.basename(path)}")
+    print(f"packaged: {path}")
     return path
 
 

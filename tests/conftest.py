@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+
+def _session_dir(prefix: str) -> str:
+    """A temp dir for this test process, removed when it exits (the processes tests start inherit its path
+    and leave it to this one)."""
+    path, pid = tempfile.mkdtemp(prefix=prefix), os.getpid()
+    # Only by this process: a child a test forks inherits the handler, and must not remove it under us.
+    atexit.register(lambda: os.getpid() == pid and shutil.rmtree(path, ignore_errors=True))
+    return path
+
+
 # Hypothesis keeps its example database and caches in .hypothesis/ under the working directory, which
 # is the checkout. Tests write only to temp dirs: point it at one before any test asks for it.
-os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="prov-trace-hypothesis-"))
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _session_dir("prov-trace-hypothesis-")
 # prov-trace's own cache (inject's rewrites, the Spyre stand-in's library) goes to a temp dir too, for this
 # process and every process a test starts, never to ~/.cache or a cache the developer named.
-os.environ["PROV_TRACE_CACHE_DIR"] = tempfile.mkdtemp(prefix="prov-trace-cache-")
+os.environ["PROV_TRACE_CACHE_DIR"] = _session_dir("prov-trace-cache-")
 try:
     from hypothesis import configuration as _hypothesis_configuration
 

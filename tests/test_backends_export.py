@@ -200,7 +200,7 @@ def model_inputs(path) -> list[str]:
 
 def test_export_and_aoti_script_is_traced_end_to_end(export_aoti):
     model = export_aoti.model()
-    assert "packaged: mlp.pt2" in export_aoti.proc.stdout
+    assert f"packaged: {export_aoti.workdir / 'mlp.pt2'}" in export_aoti.proc.stdout
     assert model["trace"]["complete"] and not model["errors"], model["errors"]
     (g,) = model["graphs"]
     assert g["label"] == "export inference" and g["backend"] == "torch.export" and g["off_path"] == {}

@@ -80,7 +80,9 @@ def compat_aot_eager(tmp_path_factory) -> Run:
 
 @pytest.fixture(scope="session")
 def compat_export(tmp_path_factory) -> Run:
-    return _run(tmp_path_factory, "compat_export", str(EXAMPLES / "export_aoti.py"))
+    run = _run(tmp_path_factory, "compat_export", str(EXAMPLES / "export_aoti.py"), "mlp.pt2")  # into its own dir
+    assert (run.workdir / "mlp.pt2").is_file()
+    return run
 
 
 def _cells(graph):
