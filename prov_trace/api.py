@@ -498,7 +498,6 @@ class RunResult:
     records: int = 0
     bytes: int = 0
     ended: dict[str, Any] | None = None
-    messages: list[str] = field(default_factory=list)
     #: The streams of the followed child processes that compiled (the report merges them with the trace).
     children: list[str] = field(default_factory=list)
 

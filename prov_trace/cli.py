@@ -187,7 +187,7 @@ _PATH_IN = click.Path(dir_okay=False)
               help="Probes from a TOML file of [[probe]] tables (target, event, stage). See docs/probes.md.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
               help="Event backend: monitoring (3.12+), inject (3.11-3.13: a probe call compiled into each target's "
-                   "bytecode; the rewrites are kept in $PROV_TRACE_CACHE_DIR, else ~/.cache/prov-trace, for later "
+                   "bytecode; the rewrites are kept in $PROV_TRACE_CACHE_DIR, else $XDG_CACHE_HOME/prov-trace or ~/.cache/prov-trace, for later "
                    "runs), settrace (any Python, slowest). `auto` takes the best available and says why.")
 @click.option("--tool-id", type=click.IntRange(0, 5), default=None, metavar="ID",
               help="The sys.monitoring tool id to hold (monitoring backend). Default: 4, leaving 3 (the first id "
@@ -461,8 +461,9 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
 
     \b
     RULE := STAGE ":" FIELD OP LEVEL          (grammar: docs/check.md)
-      STAGE  source, pre_grad, post_grad, ir_pre, ir_post, kernel_spec,
-             artifact, a user probe's stage, or * (each stage measuring FIELD)
+      STAGE  source, export_graph, dynamo_graph, pre_grad, aot_graph,
+             post_grad, ir_pre, ir_post, kernel_spec, artifact,
+             a user probe's stage, or * (each stage measuring FIELD)
       FIELD  a field of the matrix: stack_trace, nn_module_stack, origins, ...
       OP     = (== too) with LEVEL all | any | none
              = == >= > <= < with a fraction 0..1 or a percentage (50%)
