@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from prov_trace import files, runner, torchver
 from prov_trace import follow as following
 from prov_trace.contract import Hook
-from prov_trace.errors import EXIT_INTERRUPTED, EXIT_OK, ProvTraceError, UsageError
+from prov_trace.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, ProvTraceError, UsageError
 from prov_trace.progress import Progress
 from prov_trace.signals import HeldSigint, SigtermStop, Terminated, outcome
 
@@ -598,7 +598,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
             inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, "cpu")
             model, inputs = spyre_inputs(model, inputs, dtype, device)
         else:
-            model = runner.build_model(mod, mt.attr).to(device)
+            runner.check_device(device)
+            model = runner.to_device(runner.build_model(mod, mt.attr), device)
             inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, device)
         runner.check_arity(model, inputs, origin, mt.module)
         log(f"inputs from {origin}: " + ", ".join(runner.describe(i) for i in inputs))
@@ -653,9 +654,16 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                     tracer.stop("signal", exc.name)
                     exit_code = exc.exit_code
                 except BaseException as exc:  # the model's own failure: report it, keep the trace
-                    traceback.print_exc()
                     tracer.stop("exception", f"{type(exc).__name__}: {exc}")
-                    exit_code = 1
+                    misfit = runner.inputs_misfit(model, inputs, train=train) if isinstance(exc, Exception) else None
+                    if misfit is not None:  # it fails uncompiled too: the inputs, not the compile
+                        log(f"error: {type(model).__name__} fails on the inputs from {origin} without compiling too "
+                            f"({misfit}): give inputs it takes (--input-shape, or example_inputs() in its file); "
+                            "the trace and report hold the compile up to the failure")
+                        exit_code = EXIT_BAD_INPUT
+                    else:
+                        traceback.print_exception(exc)
+                        exit_code = 1
                 else:
                     tracer.stop("ok")
             else:

@@ -2,8 +2,10 @@
 
 Exit status (also in `prov-trace --help` and the README):
   0  success (a model run with --torch-spyre on the CPU stand-in: compiled and traced, kernels not run)
-  1  for `run` of a script: the script's own status (1 for an uncaught exception)
+  1  for `run` of a script: the script's own status (1 for an uncaught exception); a model whose
+     compile fails (its traceback is printed)
   2  bad input: a usage error, a file that is not a trace, an output that cannot be written,
+     model inputs the model fails on uncompiled too,
      a --torch-spyre DIR that is not a torch-spyre tree or needs _C symbols the stand-in lacks,
      a torch older than 2.10 (the oldest supported; one newer than the newest tested only warns)
   130  interrupted (Ctrl-C)
@@ -16,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import sys
 import time
 from typing import Any, Callable
@@ -39,10 +42,12 @@ _RUN_EXIT_HELP = """\b
 Exit status:
   0    success; with --torch-spyre on the CPU stand-in, a model's compile was
        traced and its Spyre kernels were not run (a note on stderr says so)
-  1    `run PROGRAM`: the program's own status (1 for an uncaught exception)
-  2    bad input: usage error, unreadable trace, unwritable output, a
-       --torch-spyre DIR that is not a torch-spyre tree or needs _C symbols
-       the stand-in lacks (named), a torch older than 2.10
+  1    `run PROGRAM`: the program's own status (1 for an uncaught exception);
+       a model whose compile fails (its traceback is printed)
+  2    bad input: usage error, unreadable trace, unwritable output, model
+       inputs the model fails on uncompiled too, a --torch-spyre DIR that is
+       not a torch-spyre tree or needs _C symbols the stand-in lacks (named),
+       a torch older than 2.10
   130  interrupted (Ctrl-C)
   143  stopped by SIGTERM (trace and report are finished first)
 """
@@ -253,23 +258,56 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     if result.report is not None:
         click.echo("\n".join(result.report.summary_lines()))
     sys.stdout.flush()
-    if result.exit_code != 0 and target is not None and ":" not in target:
-        mine = _own_options(args)
-        if mine:
-            _say(f"prov-trace options go before the script: {', '.join(mine)} came after it, so the script got "
-                 f"them; write `prov-trace run {' '.join(mine)} ... {target} ...`")
+    if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
+        program = [*(["-m", module_name] if module_name else []), *([target] if target is not None else [])]
+        hint = _misplaced_options_hint(program, list(args))
+        if hint:
+            _say(hint)
     return result.exit_code
 
 
-def _own_options(args: tuple[str, ...]) -> list[str]:
-    """The options of `prov-trace run` among a script's own arguments (a likely mistake when the script fails)."""
-    names = {o for p in run.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
-    found = []
-    for a in args:
+def _own_options(args: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The options of `prov-trace run` among a program's own arguments (a likely mistake when it fails):
+    their names, the arguments they take up (with their values), and the arguments left."""
+    takes_value = {}
+    for p in run.params:
+        if isinstance(p, click.Option):
+            for o in (*p.opts, *p.secondary_opts):
+                takes_value[o] = not p.is_flag and not p.count
+    names, taken, rest = [], [], []
+    i = 0
+    while i < len(args):
+        a = args[i]
         opt = a.split("=", 1)[0]
-        if opt in names and opt not in ("-h", "--help") and opt not in found:
-            found.append(opt)
-    return found
+        if opt in takes_value and opt not in ("-h", "--help"):
+            if opt not in names:
+                names.append(opt)
+            taken.append(a)
+            if takes_value[opt] and "=" not in a and i + 1 < len(args):
+                taken.append(args[i + 1])
+                i += 1
+        else:
+            rest.append(a)
+        i += 1
+    return names, taken, rest
+
+
+def _misplaced_options_hint(program: list[str], args: list[str]) -> str | None:
+    """One sentence for a failed program whose arguments hold prov-trace options, with the command as it
+    should have been written; None when they hold none. `program` is the script (or -m MODULE and its
+    first argument), `args` the rest."""
+    if program[:1] == ["-m"]:
+        head, args = program[:2], program[2:] + args
+    else:
+        head, args = program[:1], program[1:] + args
+    names, taken, rest = _own_options(args)
+    if not names:
+        return None
+    which = f"{names[0]} came after it, so the program got it" if len(names) == 1 else \
+        f"{', '.join(names)} came after it, so the program got them"
+    command = " ".join(shlex.quote(a) for a in ["prov-trace", "run", *taken]) + " ... " + \
+        " ".join(shlex.quote(a) for a in [*head, *rest])
+    return f"prov-trace options go before the program: {which}; write `{command}` (... for any other options)"
 
 
 def _load(path: str) -> Any:
@@ -443,7 +481,7 @@ Exit status:
 """
 
 
-@cli.command(epilog=_CHECK_EXIT_HELP)
+@cli.command(epilog=_CHECK_EXIT_HELP, short_help="Gate CI on provenance: rules over the Stage × Field matrix.")
 @click.argument("traces", metavar="TRACE...", nargs=-1, required=True, type=click.Path())
 @click.option("--require", "rules", multiple=True, metavar="RULE",
               help="A rule STAGE:FIELD=LEVEL or STAGE:FIELD>=FRACTION (repeatable), e.g. kernel_spec:origins=all, "
@@ -504,7 +542,7 @@ Exit status:
 """
 
 
-@cli.command(epilog=_TARGETS_EXIT_HELP)
+@cli.command(epilog=_TARGETS_EXIT_HELP, short_help="Resolve every target of a profile on this torch; runs nothing.")
 @click.option("--profile", type=click.Choice(PROFILES), default="auto", show_default=True,
               help="The profile to check. `auto` picks by this machine.")
 @click.option("--probe", "probe_specs", multiple=True, metavar="TARGET",

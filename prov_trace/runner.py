@@ -111,13 +111,19 @@ def build_model(module: types.ModuleType, attr: str) -> Any:
         if not isinstance(model, torch.nn.Module):
             raise UsageError(f"{attr}() returned a {type(model).__name__}, not an nn.Module")
     else:
-        raise UsageError(f"{attr} is a {type(obj).__name__}: name an nn.Module class or a function returning one")
+        kind = type(obj).__name__
+        raise UsageError(f"{attr} is {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}: name an nn.Module class or "
+                         "a function returning one")
     return model
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
+    """``2,128`` or ``2x128`` (a trailing separator is allowed); every size a positive integer."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    if len(parts) > 1 and parts[-1] == "":
+        parts.pop()
     try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
+        shape = tuple(int(p) for p in parts)
     except ValueError:
         raise UsageError(f"--input-shape '{text}' is not a shape: write it as comma-separated sizes, e.g. 2,128") from None
     if not shape or any(s <= 0 for s in shape):
@@ -173,7 +179,8 @@ def check_arity(model: Any, inputs: tuple, origin: str, module_name: str) -> Non
     if required and n < len(required) or (not varargs and n > len(params)):
         names = ", ".join(p.name for p in required) or "no inputs"
         want = len(required) if n < len(required) else len(params)
-        example = ", ".join("torch.randn(2, 8)" for _ in range(max(want, 1)))
+        width = next((w for m in model.modules() if type(w := getattr(m, "in_features", None)) is int), 8)
+        example = ", ".join(f"torch.randn(2, {width})" for _ in range(max(want, 1)))
         raise UsageError(
             f"{type(model).__name__}.forward takes {want} input{'s' if want != 1 else ''} ({names}), but {origin} gives "
             f"{n}: define example_inputs() in {module_name} returning a tuple of {want}, e.g. "
@@ -186,6 +193,28 @@ def describe(value: Any) -> str:
     if shape is not None and dtype is not None:
         return f"{tuple(shape)} {dtype}"
     return type(value).__name__
+
+
+def check_device(device: str) -> None:
+    """UsageError, in one sentence, for a --device torch does not know or cannot use here."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"--device {device} is not a device torch knows ({first}): use e.g. cpu or cuda:0") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}, but this torch sees no CUDA device: leave --device out to run on the cpu")
+
+
+def to_device(model: Any, device: str) -> Any:
+    """`model.to(device)`, a failure said in one sentence (UsageError)."""
+    try:
+        return model.to(device)
+    except (RuntimeError, AssertionError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot put the model on --device {device}: {first}") from None
 
 
 def model_device(model: Any, default: str) -> str:
@@ -227,6 +256,23 @@ class _NoCudaRuntimeNote(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "No CUDA runtime is found" not in str(record.msg)
+
+
+def inputs_misfit(model: Any, inputs: tuple, *, train: bool) -> str | None:
+    """After a failed compile: the error, in one line, when the model fails on `inputs` uncompiled too
+    (so the inputs do not fit it, the compile is not to blame); None when it runs, or the check can't say."""
+    import torch
+
+    try:
+        if train:
+            model(*inputs)
+        else:
+            with torch.no_grad():
+                model(*inputs)
+    except Exception as exc:  # noqa: BLE001 - what the model raises is the answer
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return None
 
 
 def run_model(model: Any, inputs: tuple, *, train: bool) -> Any:

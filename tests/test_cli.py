@@ -15,6 +15,9 @@ def test_help_is_complete():
     assert top.returncode == 0
     for word in ("run", "report", "Exit status"):
         assert word in top.stdout
+    commands = top.stdout[top.stdout.index("Commands:"):].split("\n\n")[0].splitlines()[1:]
+    assert [c.split()[0] for c in commands] == ["check", "diff", "report", "run", "targets"], commands
+    assert not any(c.rstrip().endswith("...") for c in commands), commands  # each summary whole
     run = cli("run", "--help")
     for opt in ("-m MODULE", "--output", "--report", "--input-shape", "--dtype", "--device", "--eval / --train",
                 "--backend", "--profile", "--keep-caches", "example_inputs()", "Exit status"):
@@ -148,3 +151,18 @@ def test_the_command_lines_choices_are_the_registries():
 
     assert cli_mod.PROFILES == ("auto", *PROFILES)
     assert cli_mod.BACKENDS == CHOICES
+
+
+def test_the_misplaced_options_hint_keeps_values_and_the_program():
+    """The command the hint writes moves the options with their values ahead of the program, -m MODULE
+    included, and leaves the program's own arguments after it."""
+    from prov_trace.cli import _misplaced_options_hint
+
+    hint = _misplaced_options_hint(["-m", "mypkg.train", "--steps"], ["3", "-o", "m.msgpack", "--report=m.md", "-q"])
+    assert hint == ("prov-trace options go before the program: -o, --report, -q came after it, so the program got "
+                    "them; write `prov-trace run -o m.msgpack --report=m.md -q ... -m mypkg.train --steps 3` "
+                    "(... for any other options)")
+    assert _misplaced_options_hint(["train.py"], ["--steps", "3"]) is None
+    one = _misplaced_options_hint(["train.py"], ["--lr", "0.1", "--output", "my dir/t.msgpack"])
+    assert "--output came after it, so the program got it;" in one
+    assert "`prov-trace run --output 'my dir/t.msgpack' ... train.py --lr 0.1`" in one

@@ -116,6 +116,21 @@ def test_diff_reports_objects_and_earlier_survival(mlp_run):
     assert f"<td>removed</td><td><code>{gone['from']}</code></td><td><code>{gone['to']}</code></td>" in page
 
 
+def test_diff_does_not_list_a_cell_that_is_not_applicable_on_both_sides(mlp_run):
+    """➖ against ➖ is no change, whatever object counts the two graphs had there; ➖ against a measured
+    cell still is one."""
+    a = mlp_run.model()
+    b = copy.deepcopy(a)
+    row = next(r for r in b["graphs"][0]["matrix"] if r["field"] == "original_aten")
+    cell = row["cells"]["pre_grad"]
+    assert cell["state"] == "na"
+    cell["total"] = cell.get("total", 0) + 2  # B's graph had two more nodes there
+    assert not [f for f in dif.diff(a, b)["graphs"][0]["fields"] if f["field"] == "original_aten"]
+    cell.update(state="none", n=0)
+    (changed,) = [f for f in dif.diff(a, b)["graphs"][0]["fields"] if f["field"] == "original_aten"]
+    assert changed["stage"] == "pre_grad" and changed["a"]["state"] == "na" and changed["b"]["state"] == "none"
+
+
 def test_diff_bad_input_exits_2_with_one_sentence(mlp_run, tmp_path):
     not_trace = tmp_path / "notes.txt"
     not_trace.write_text("hello\n")

@@ -70,8 +70,9 @@ def test_prov_trace_options_after_a_failing_script_get_a_hint(tmp_path):
                cwd=tmp_path, env=LIGHT)
     assert proc.returncode == 2, proc.stderr  # argparse's own status: the script got -o
     assert "error: unrecognized arguments: -o out.msgpack" in proc.stderr
-    hint = [ln for ln in proc.stderr.splitlines() if "prov-trace options go before the script" in ln]
-    assert len(hint) == 1 and "-o came after it" in hint[0], proc.stderr
+    hint = [ln for ln in proc.stderr.splitlines() if "prov-trace options go before the program" in ln]
+    assert len(hint) == 1 and "-o came after it, so the program got it;" in hint[0], proc.stderr
+    assert f"write `prov-trace run -o out.msgpack ... {tmp_path / 'train.py'}`" in hint[0], proc.stderr
     # The compile before the failure was traced and reported as usual.
     assert (tmp_path / "r.md").exists() and (tmp_path / "prov-trace.msgpack").exists()
 
@@ -106,6 +107,33 @@ SEQUENTIAL = textwrap.dedent("""
     def build():
         return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
 """)
+
+
+def test_a_device_torch_cannot_use_and_a_malformed_shape_are_one_sentence(tmp_path):
+    (tmp_path / "seq.py").write_text(SEQUENTIAL)
+    for args, text in ((["--device", "tpu"], "--device tpu is not a device torch knows"),
+                       (["--input-shape", "2,x"], "--input-shape '2,x' is not a shape"),
+                       (["--input-shape", "2,,16"], "--input-shape '2,,16' is not a shape")):
+        proc = cli("run", "seq.py:build", *args, "-o", str(tmp_path / "t.msgpack"), cwd=tmp_path, env=LIGHT)
+        assert proc.returncode == 2, proc.stderr
+        (err,) = _errors(proc)
+        assert text in err, err
+        assert "Traceback" not in proc.stderr and not (tmp_path / "t.msgpack").exists()
+
+
+def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path):
+    """The compile fails on inputs the model can't take; run uncompiled, it fails too: exit 2 and one
+    sentence with the model's own error, not Dynamo's traceback. The trace keeps what ran."""
+    (tmp_path / "seq.py").write_text(SEQUENTIAL)
+    proc = cli("run", "seq.py:build", "--input-shape", "2,5", "-o", str(tmp_path / "t.msgpack"), cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 2, proc.stderr
+    (err,) = _errors(proc)
+    assert ("Sequential fails on the inputs from --input-shape 2,5 without compiling too (RuntimeError: mat1 and "
+            "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
+    assert "TorchRuntimeError" not in proc.stderr, proc.stderr
+    from prov_trace.stream.reader import read_trace
+
+    assert read_trace(tmp_path / "t.msgpack").end["outcome"] == "exception"
 
 
 def test_a_sequential_model_is_explained_in_the_report(tmp_path):

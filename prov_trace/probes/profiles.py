@@ -245,7 +245,7 @@ def choose(name: str, device: str | None = None) -> tuple[Profile, str]:
             return INDUCTOR_TRITON, "the model is on CUDA, where Inductor emits Triton kernels"
         return INDUCTOR_CPU, f"the model is on {dev}, where Inductor emits C++ kernels"
     if spyre_installed():
-        return SPYRE, "torch-spyre is installed on this machine (the script's device is known only once it runs)"
+        return SPYRE, "torch-spyre can be imported here (the script's device is known only once it runs)"
     cuda, why = cuda_available()
     if cuda:
         return INDUCTOR_TRITON, f"{why}, where Inductor emits Triton kernels (the script's device is known only once it runs)"

@@ -69,6 +69,8 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
                 ca, cb = ra["cells"].get(st), rb["cells"].get(st)
                 if ca is None or cb is None or _cell(ca) == _cell(cb):
                     continue
+                if ca["state"] == cb["state"] == "na":  # ➖ on both sides: nothing measured to compare
+                    continue
                 change = "down" if _dropped(ca, cb) else ("up" if _raised(ca, cb) else "changed")
                 row = {"layer": ra["layer"], "field": ra["field"], "stage": st, "a": _cell(ca), "b": _cell(cb), "change": change}
                 entry["fields"].append(row)

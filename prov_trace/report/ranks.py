@@ -218,7 +218,9 @@ def select_run(procs: list[dict[str, Any]], run: str | None) -> tuple[list[int],
         return sorted(keep), sorted(everyone - keep)
     if len(groups) > 1:
         groups.sort(key=lambda g: min(procs[i]["start_time"] or 0 for i in g))
-        runs = " and ".join(_describe_run(procs, g) for g in groups[:3]) + (" and more" if len(groups) > 3 else "")
+        # The latest three (the one to suggest among them), and how many earlier ones there are.
+        runs = (f"{len(groups) - 3} earlier and " if len(groups) > 3 else "") + \
+            " and ".join(_describe_run(procs, g) for g in groups[-3:])
         first = procs[min(groups[-1])]
         raise UsageError(f"the streams come from {len(groups)} different runs, {runs}: report one run at a time "
                          f"(--run {first['run_id'] or first['job_id']} picks one), or move the other run's streams away")
@@ -682,7 +684,8 @@ class RunReport(Rendered):
             results.append({"rule": "ranks agree", "holds": self.agree, "checked": [], "processes": None,
                             "failures": [{"graph": None, "stage": None, "state": None, "n": 0, "total": 0, "why": w}
                                          for w in why]})
-            text.append("ok    ranks agree: " + verdict(self.run) if self.agree else "FAIL  ranks agree")
+            said = verdict(self.run)
+            text.append("ok    ranks agree: " + said[:1].lower() + said[1:] if self.agree else "FAIL  ranks agree")
             text += [f"        {w}" for w in why]
         failed = sum(1 for r in results if not r["holds"])
         text.append(f"{len(results) - failed} of {len(results)} checks hold" + (f"; {failed} failed" if failed else ""))
