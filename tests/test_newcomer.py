@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -131,6 +132,8 @@ def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path
     assert ("Sequential fails on the inputs from --input-shape 2,5 without compiling too (RuntimeError: mat1 and "
             "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
     assert "TorchRuntimeError" not in proc.stderr, proc.stderr
+    # Dynamo's frame conversion was entered (the Source hook's one event) and never returned.
+    assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 events, 0 objects$", proc.stdout, re.M), proc.stdout
     from prov_trace.stream.reader import read_trace
 
     assert read_trace(tmp_path / "t.msgpack").end["outcome"] == "exception"

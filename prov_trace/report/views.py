@@ -871,8 +871,8 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             state = "off path"
         elif row["resolved"] < row["hooks"] and not row["observed"]:
             state = "NOT RESOLVED"
-        elif not row["observed"]:
-            state = "DID NOT FIRE"
+        elif not row["observed"]:  # called (a compile that failed inside it) but no result recorded, or never called
+            state = "NO RESULT" if row["fired"] else "DID NOT FIRE"
         else:
             state = "fired"
         line = (f"  {titles.get(row['stage'], row['stage']):<26} {state:<13} hooks {row['resolved']}/{row['hooks']} "
