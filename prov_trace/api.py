@@ -655,7 +655,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                     exit_code = exc.exit_code
                 except BaseException as exc:  # the model's own failure: report it, keep the trace
                     tracer.stop("exception", f"{type(exc).__name__}: {exc}")
-                    misfit = runner.inputs_misfit(model, inputs, train=train) if isinstance(exc, Exception) else None
+                    # (Not under torch-spyre: its device runs no eager op here, so the check could not tell.)
+                    misfit = (runner.inputs_misfit(model, inputs, train=train)
+                              if isinstance(exc, Exception) and spyre is None else None)
                     if misfit is not None:  # it fails uncompiled too: the inputs, not the compile
                         log(f"error: {type(model).__name__} fails on the inputs from {origin} without compiling too "
                             f"({misfit}): give inputs it takes (--input-shape, or example_inputs() in its file); "
