@@ -5,7 +5,7 @@ The Python API (docs/api.md)::
     import prov_trace
     with prov_trace.trace() as t:          # every compile in the body is traced
         torch.compile(model)(x)
-    report = t.report()                     # or prov_trace.load("prov-trace.msgpack")
+    report = t.report()                     # or prov_trace.load(t.path), the stream it wrote
     report.check("post_grad:stack_trace=all")
 
 Importing ``prov_trace`` imports nothing else: the API loads on first use.

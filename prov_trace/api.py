@@ -124,7 +124,7 @@ def user_hooks(probes: Iterable[str | Hook] = (), probes_file: str | None = None
     """The hooks of ``--probe`` specs (or Hook objects) and a ``--probes`` file; a wrong one is a UsageError."""
     from prov_trace.probes import user
 
-    given = list(probes)
+    given = [probes] if isinstance(probes, (str, Hook)) else list(probes)  # one spec alone, not its characters
     hooks = [p for p in given if isinstance(p, Hook)]
     specs = [p for p in given if not isinstance(p, Hook)]
     try:

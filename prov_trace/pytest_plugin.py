@@ -128,10 +128,13 @@ class ProvTrace:
         name = self._base + ("" if self._count == 1 else f"-{self._count}") + ".msgpack"
         options = {**self._defaults, **self._options}
         self._options = {}
+        problem = None
         try:
             self.tracer = api.trace(os.path.join(self._dir, name), **options).start()
         except api.ProvTraceError as exc:
-            pytest.fail(f"prov-trace: {exc}", pytrace=False)
+            problem = f"prov-trace: {exc}"
+        if problem is not None:  # failed outside the except: one sentence, no chained traceback
+            pytest.fail(problem, pytrace=False)
         if self._on_trace is not None:
             self._on_trace(self.tracer.path)
         return self
@@ -165,10 +168,13 @@ class ProvTrace:
         from prov_trace.errors import ProvTraceError
 
         report = self.report
+        problem = None
         try:
             result = report.check(*rules, graphs=graphs)
         except ProvTraceError as exc:  # a rule that doesn't parse, or names nothing here: one sentence
-            pytest.fail(f"prov-trace: {exc}", pytrace=False)
+            problem = f"prov-trace: {exc}"
+        if problem is not None:  # failed outside the except: no "during handling" chain in the test's failure
+            pytest.fail(problem, pytrace=False)
         if not result.ok:
             pytest.fail(failure_message(result, report.model["stage_titles"], self.path), pytrace=False)
         return result

@@ -116,6 +116,9 @@ def test_plugin_traces_each_test_and_checks_rules(pytester, plugin_env):
     ])
     # A rule that doesn't parse: one sentence.
     result.stdout.fnmatch_lines(["*prov-trace: cannot read the rule 'post_grad stack_trace at least half': write STAGE:FIELD=LEVEL*"])
+    section = out[out.index("_ test_rule_does_not_parse _"):]
+    section = section[:section.index("\n_", 1) if "\n_" in section[1:] else len(section)]
+    assert "During handling of the above exception" not in section, section  # the sentence alone
     # One line per test that compiled something, with its stream; the rest counted.
     streams = pytester.path / "streams"
     for name in ("test_rule_holds", "test_rule_fails", "test_plain_compile"):

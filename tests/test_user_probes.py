@@ -304,3 +304,12 @@ def test_docs_exist_for_probes_and_profiles():
         assert f"`{p.name}`" in prof
         for h in p.hooks:
             assert h.target in prof, h.target
+
+
+def test_one_probe_spec_as_a_string_is_one_probe_not_its_characters():
+    from prov_trace.api import user_hooks
+
+    hooks = user_hooks("torch.nn.functional:relu@both=relu")  # @both: an entry hook and a return hook
+    assert [(h.stage, h.target, h.event) for h in hooks] == [("relu", "torch.nn.functional:relu", "entry"),
+                                                            ("relu", "torch.nn.functional:relu", "return")]
+    assert [h.stage for h in user_hooks(["torch.nn.functional:relu=a", "torch.nn.functional:gelu=b"])] == ["a", "b"]
