@@ -536,8 +536,9 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
 _TARGETS_EXIT_HELP = """\b
 Exit status:
   0    every target resolves and its signature has the arguments the probe reads
-  1    some target drifted (listed), or the profile's package is not installed here
-  2    bad input: usage error, a wrong --probe or --probes file, a --torch-spyre
+  1    some target drifted (listed; a --probe target that does not resolve too),
+       or the profile's package is not installed here
+  2    bad input: usage error, a malformed --probe or --probes file, a --torch-spyre
        DIR that is not a torch-spyre tree or needs _C symbols the stand-in lacks
 """
 
