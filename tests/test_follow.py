@@ -18,7 +18,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import REPO, cli
+from conftest import EXAMPLES, REPO, cli
 from prov_trace import follow
 from prov_trace.stream import schema
 from prov_trace.stream.reader import TraceReadError, read_trace
@@ -243,42 +243,12 @@ def test_no_follow_leaves_children_alone(tmp_path):
     assert not (tmp_path / "t.procs").exists()
 
 
-DDP = """\
-import sys
-
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self, extra):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-        self.extra = extra
-
-    def forward(self, x):
-        x = self.fc(x)
-        if self.extra:  # only on the rank that diverges
-            x = torch.sigmoid(x) * 2
-        return torch.relu(x)
-
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-torch.manual_seed(0)
-model = DDP(Tiny(len(sys.argv) > 1 and sys.argv[1] == "diverge" and rank == 1))
-out = torch.compile(model)(torch.randn(4, 8))
-out.sum().backward()
-print(f"rank {rank} done {tuple(out.shape)}", flush=True)  # one write: the ranks share stdout
-dist.destroy_process_group()
-"""
 
 
 def _torchrun(tmp_path: Path, *script_args: str) -> subprocess.CompletedProcess:
     """The DDP script under torchrun, traced; run once more only where the first run met torch's own
     teardown abort (`_died_in_torch_teardown`), never for any other failure."""
-    (tmp_path / "ddp.py").write_text(DDP)
+    (tmp_path / "ddp.py").write_text((EXAMPLES / "ddp.py").read_text())
     for attempt in (1, 2):
         proc = cli("run", "-q", "-o", str(tmp_path / "traces") + os.sep, "--report", str(tmp_path / "r.md"),
                    "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(tmp_path / "ddp.py"),
@@ -365,7 +335,7 @@ def _compiling(stream: Path) -> bool:
 def test_sigterm_to_the_torchrun_agent_mid_compile(tmp_path):
     """The agent (the traced program) stops its ranks with SIGTERM: each rank's stream ends there, says so,
     and each rank dies of the signal as it would untraced; the merged report says both were stopped."""
-    (tmp_path / "ddp.py").write_text(DDP)
+    (tmp_path / "ddp.py").write_text((EXAMPLES / "ddp.py").read_text())
     traces = tmp_path / "traces"
     p = subprocess.Popen([sys.executable, "-m", "prov_trace", "run", "-q", "-o", str(traces) + os.sep, "--report",
                           str(tmp_path / "r.md"), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
