@@ -661,7 +661,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                     if misfit is not None:  # it fails uncompiled too: the inputs, not the compile
                         log(f"error: {type(model).__name__} fails on the inputs from {origin} without compiling too "
                             f"({misfit}): give inputs it takes (--input-shape, or example_inputs() in its file); "
-                            "the trace and report hold the compile up to the failure")
+                            "the trace holds what was traced before the failure")
                         exit_code = EXIT_BAD_INPUT
                     else:
                         traceback.print_exception(exc)
