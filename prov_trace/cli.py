@@ -76,6 +76,34 @@ def _say(msg: str) -> None:
     click.echo(f"prov-trace: {_printable(msg)}", err=True)
 
 
+class _OwnStream:
+    """Where `run` writes its own lines once the program may have run: the stream the process had when
+    `run` began, whatever the program did to ``sys.stdout``/``sys.stderr`` since (a wrapper, a StringIO,
+    None). When the program closed that stream, its file descriptor is written instead; a write that
+    fails even so is dropped. prov-trace's output never raises into the program's exit."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        try:
+            self.fd: int | None = stream.fileno()
+        except Exception:  # noqa: BLE001 - a stream with no descriptor (click's test runner's)
+            self.fd = None
+
+    def line(self, text: str) -> None:
+        try:
+            if self.stream is not None and not self.stream.closed:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+                return
+        except Exception:  # noqa: BLE001 - closed, broken, or not a stream any more
+            pass
+        if self.fd is not None:
+            try:
+                os.write(self.fd, (text + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
+
+
 class CliError(click.ClickException):
     """A ProvTraceError on the command line: ``prov-trace: error: <one sentence>``, and its exit status."""
 
@@ -250,19 +278,23 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     from prov_trace import api
 
     api.PHASES.append(("prov-trace imported", IMPORTED))
+    out, err = _OwnStream(sys.stdout), _OwnStream(sys.stderr)  # before the program can replace or close them
+
+    def say(msg: str) -> None:
+        err.line(f"prov-trace: {_printable(msg)}")
+
     result = api.run(target, args, module=module_name, output=output, report=None if no_report else report_path,
                      report_format=report_format, profile=profile, backend=backend, probes=probe_specs,
                      probes_file=probes_file, keep_caches=keep_caches, tool_id=tool_id, input_shape=input_shape,
-                     dtype=dtype, device=device, train=not eval_mode, log=_say, progress=not quiet,
+                     dtype=dtype, device=device, train=not eval_mode, log=say, progress=not quiet,
                      torch_spyre=torch_spyre, follow=not no_follow)
     if result.report is not None:
-        click.echo("\n".join(result.report.summary_lines()))
-    sys.stdout.flush()
+        out.line("\n".join(result.report.summary_lines()))
     if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
         program = [*(["-m", module_name] if module_name else []), *([target] if target is not None else [])]
         hint = _misplaced_options_hint(program, list(args))
         if hint:
-            _say(hint)
+            say(hint)
     return result.exit_code
 
 

@@ -557,7 +557,7 @@ def run_program(target: str, args: list[str], *, as_module: bool,
                 raise UsageError(f"no module named {target}: check the name, or run from the directory that holds it")
             runner = lambda: _run_module_as_main(target, on_main)  # noqa: E731
         else:
-            path = os.path.abspath(target)
+            path = script_path(target)
             if not os.path.isfile(path):
                 raise UsageError(f"there is no file {target}: give the path to a Python script")
             first_file = path
@@ -572,11 +572,7 @@ def run_program(target: str, args: list[str], *, as_module: bool,
                 _report_uncaught(exc, first_file)
                 return ScriptResult(1, "exception", f"SyntaxError: {exc}")
             known = _remember_program(path, source)
-            module = types.ModuleType("__main__")
-            module.__file__ = path
-            module.__builtins__ = __builtins__  # type: ignore[attr-defined]
-            module.__loader__ = None  # type: ignore[assignment]
-            module.__spec__ = None
+            module = main_module(path)
             sys.modules["__main__"] = module
 
             def runner() -> None:
@@ -612,6 +608,29 @@ def run_program(target: str, args: list[str], *, as_module: bool,
             sys.path[0] = old_path0
         if main_mod is not None:
             sys.modules["__main__"] = main_mod
+
+
+def script_path(target: str) -> str:
+    """The script's ``__file__`` as python gives it: absolute, joined to the working directory as written
+    (``..`` and symlinks kept, not resolved)."""
+    return target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+
+
+def main_module(path: str) -> types.ModuleType:
+    """A ``__main__`` for the script at `path` with the globals python gives one: ``__builtins__`` the
+    module, a ``SourceFileLoader``, ``__cached__`` None, an empty ``__annotations__`` (before 3.14)."""
+    import builtins
+    from importlib.machinery import SourceFileLoader
+
+    module = types.ModuleType("__main__")
+    module.__loader__ = SourceFileLoader("__main__", path)  # type: ignore[assignment]
+    module.__spec__ = None
+    if sys.version_info < (3, 14):
+        module.__annotations__ = {}
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    module.__file__ = path
+    module.__cached__ = None  # type: ignore[attr-defined]
+    return module
 
 
 def _set_path0(path0: str) -> None:

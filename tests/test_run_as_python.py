@@ -180,3 +180,62 @@ def test_the_working_directory_is_what_the_script_left(tmp_path):
     # ... and the trace and report went where they were asked for, relative to where prov-trace started.
     assert (b / "out" / "t.msgpack").stat().st_size > 0 and (b / "out" / "r.md").read_text().startswith("#")
     assert not (b / "elsewhere" / "out").exists()
+
+
+GLOBALS = """\
+import json, sys
+print(json.dumps({"globals": list(globals()), "file": __file__, "argv0": sys.argv[0], "path0": sys.path[0],
+                  "builtins": type(__builtins__).__name__, "len": __builtins__.len("abc"),
+                  "loader": [type(__loader__).__name__, __loader__.name, __loader__.path], "cached": __cached__,
+                  "annotations": globals().get("__annotations__")}))
+"""
+
+
+def test_the_script_sees_the_globals_and_file_python_gives_it(tmp_path):
+    """A script's ``__main__`` globals, in python's order: ``__builtins__`` the module (not a dict), a
+    SourceFileLoader, ``__cached__`` None, ``__annotations__``; ``__file__`` absolute as written, ``..`` kept."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "show.py").write_text(GLOBALS)
+    cwd = tmp_path / "b"
+    plain = subprocess.run([sys.executable, "../a/show.py"], cwd=cwd, env=ENV, capture_output=True, text=True,
+                           timeout=120)
+    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(cwd / "t.msgpack"), "--no-report",
+                             "../a/show.py"], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    assert plain.returncode == traced.returncode == 0, traced.stderr
+    want, got = json.loads(plain.stdout), json.loads(_stdout_of_script(traced.stdout))
+    assert got == want
+    assert want["file"] == str(cwd / ".." / "a" / "show.py") and want["builtins"] == "module"
+
+
+STREAMS = {
+    "stdout-closed": "import sys\nprint('out')\nsys.stdout.close()\n",
+    "fd-1-closed": "import os, sys\nprint('out', flush=True)\nos.close(1)\n",
+    "stdout-none": "import sys\nprint('out')\nsys.stdout = None\n",
+    "stderr-closed": "import sys\nprint('out')\nsys.stderr.close()\n",
+    "stdout-wrapped": ("import sys\nclass Upper:\n    def __init__(self, s): self.s = s\n"
+                       "    def write(self, t): return self.s.write(t.upper())\n    def flush(self): self.s.flush()\n"
+                       "sys.stdout = Upper(sys.stdout)\nprint('out')\n"),
+    "stdout-stringio": "import io, sys\nsys.stdout = io.StringIO()\nprint('out')\n",
+}
+
+
+@pytest.mark.parametrize("case", list(STREAMS))
+def test_a_program_that_replaces_or_closes_its_streams_keeps_its_exit_status(tmp_path, case):
+    """prov-trace's own lines go to the streams the process started with, whatever the program did to
+    sys.stdout and sys.stderr (a closed one's descriptor, else nothing: never an exception): the exit status is
+    python's, nothing of prov-trace's is drawn by the program's wrapper, and the report is written."""
+    script = tmp_path / "streams.py"
+    script.write_text(STREAMS[case])
+    plain = _plain(script, cwd=tmp_path)
+    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"),
+                             "--report", str(tmp_path / "r.md"), str(script)], cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert traced.returncode == plain.returncode == 0, traced.stderr
+    assert "Traceback" not in traced.stderr and "lost sys.stderr" not in traced.stderr, traced.stderr
+    assert _stdout_of_script(traced.stdout) == plain.stdout
+    assert (tmp_path / "r.md").is_file()
+    if case in ("stdout-closed", "stdout-none", "stdout-wrapped", "stdout-stringio"):  # fd 1 still open
+        assert "prov-trace summary:" in traced.stdout, traced.stdout
+    if case == "stderr-closed":  # the stream object is closed, its descriptor is not: written there
+        assert "prov-trace: report written to" in traced.stderr, traced.stderr
