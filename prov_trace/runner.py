@@ -16,6 +16,7 @@ import sys
 import traceback
 import types
 import warnings
+import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,6 +39,12 @@ def classify(target: str | None, module_name: str | None) -> str:
         raise UsageError("nothing to run: give a model (file.py:Class), a script (file.py), or -m MODULE; see --help")
     if ModelTarget.parse(target) is not None and not os.path.isfile(target):
         return MODEL
+    if os.path.isdir(target):  # python runs a directory's __main__.py; prov-trace runs source files
+        main = os.path.join(target, "__main__.py")
+        raise UsageError(f"{target} is a directory: prov-trace runs a script file or -m MODULE"
+                         + (f"; give its {main}" if os.path.isfile(main) else ""))
+    if os.path.isfile(target) and not target.endswith(".py") and zipfile.is_zipfile(target):
+        raise UsageError(f"{target} is a zip archive: prov-trace runs Python source; unpack it and give its __main__.py")
     if target.endswith(".py") or os.path.isfile(target):
         return SCRIPT
     if target.startswith("-"):

@@ -166,3 +166,17 @@ def test_the_misplaced_options_hint_keeps_values_and_the_program():
     one = _misplaced_options_hint(["train.py"], ["--lr", "0.1", "--output", "my dir/t.msgpack"])
     assert "--output came after it, so the program got it;" in one
     assert "`prov-trace run --output 'my dir/t.msgpack' ... train.py --lr 0.1`" in one
+
+
+def test_a_directory_or_zip_to_run_is_one_sentence(tmp_path):
+    """python runs a directory's or a zip's __main__.py; prov-trace says what to give it instead, not a
+    SyntaxError from reading a zip as source."""
+    import zipfile
+
+    (tmp_path / "appdir").mkdir()
+    (tmp_path / "appdir" / "__main__.py").write_text("print('hi')\n")
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+        z.writestr("__main__.py", "print('hi')\n")
+    _one_error_line(cli("run", "appdir", cwd=tmp_path), "appdir is a directory: prov-trace runs a script file or -m MODULE; "
+                                                         "give its appdir/__main__.py")
+    _one_error_line(cli("run", "app.zip", cwd=tmp_path), "app.zip is a zip archive")
