@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -500,6 +501,10 @@ class RunResult:
     ended: dict[str, Any] | None = None
     #: The streams of the followed child processes that compiled (the report merges them with the trace).
     children: list[str] = field(default_factory=list)
+    #: The signal python would have ended the program by: SIGINT for a KeyboardInterrupt it left uncaught
+    #: (a Ctrl-C), SIGTERM when stopped by one; None otherwise. `exit_code` is then 128 + it, what a shell
+    #: shows; the command line ends its process by the signal itself, once the trace and report are written.
+    signal: int | None = None
 
 
 def report_path_for(path: str, fmt: str) -> str:
@@ -625,6 +630,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     pid = os.getpid()
 
     exit_code = EXIT_OK
+    ended_by: int | None = None
     sigterm = SigtermStop(lambda: tracer.active,
                           on_give_up=lambda signum: following.end_stream(tracer, "signal", Terminated(signum).name))
     sigterm.install()
@@ -649,10 +655,10 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                         "compiles, running them needs a Spyre card")
                 except KeyboardInterrupt:
                     tracer.stop("interrupted", "KeyboardInterrupt")
-                    exit_code = EXIT_INTERRUPTED
+                    exit_code, ended_by = EXIT_INTERRUPTED, signal.SIGINT
                 except Terminated as exc:
                     tracer.stop("signal", exc.name)
-                    exit_code = exc.exit_code
+                    exit_code, ended_by = exc.exit_code, exc.signum
                 except BaseException as exc:  # the model's own failure: report it, keep the trace
                     tracer.stop("exception", f"{type(exc).__name__}: {exc}")
                     # (Not under torch-spyre: its device runs no eager op here, so the check could not tell.)
@@ -679,13 +685,17 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                     held.install()
                 tracer.stop(result.outcome, result.detail)
                 exit_code = result.exit_code
+                if result.outcome == "interrupted":  # an uncaught KeyboardInterrupt: python ends by SIGINT
+                    ended_by = signal.SIGINT
+                elif result.outcome == "signal" and exit_code > 128:  # stopped by prov-trace's SIGTERM handler
+                    ended_by = exit_code - 128
                 if spyre is not None and spyre.is_standin and (result.detail or "").split(":", 1)[0].endswith("KernelNotRun"):
                     log("the program stopped at its first Spyre kernel launch (the CPU stand-in compiles, it runs no "
                         "kernel): the trace holds every compile before it; the exit status is the program's")
         except Terminated as exc:  # in the instant between the program's end and the tracer's stop
             if tracer.ended is None:
                 tracer.stop("signal", exc.name)
-            exit_code = exc.exit_code
+            exit_code, ended_by = exc.exit_code, exc.signum
         finally:
             if tracer.ended is None:
                 tracer.stop("exception", "prov-trace stopped unexpectedly")
@@ -716,13 +726,13 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         sigterm.restore()
         held.restore()
     if held.got:  # a Ctrl-C while the trace and report were being finished
-        exit_code = EXIT_INTERRUPTED
+        exit_code, ended_by = EXIT_INTERRUPTED, signal.SIGINT
     if sigterm.received is not None:  # untraced, the SIGTERM would have ended the process, whatever it did after
-        exit_code = 128 + sigterm.received
+        exit_code, ended_by = 128 + sigterm.received, sigterm.received
     phase("report written")
     write_phases(trace_abs)
     return RunResult(exit_code, trace_abs, report_abs, built, tracer.records, tracer.bytes, tracer.ended,
-                     children=streams)
+                     children=streams, signal=ended_by)
 
 
 def _checked_outputs(kind: str, target: str | None, module: str | None, output: str, report: str | None,

@@ -10,6 +10,8 @@ Exit status (also in `prov-trace --help` and the README):
      a torch older than 2.10 (the oldest supported; one newer than the newest tested only warns)
   130  interrupted (Ctrl-C)
   143  stopped by SIGTERM (the trace gets its end record and the report is written first)
+For `run`, 130 and 143 are what a shell shows: like python, the process ends by the signal itself
+(SIGINT after the exit handlers; a parent sees the signal), once the trace and report are written.
 A traced script's own exit status always wins for `run PROGRAM`.
 """
 
@@ -19,6 +21,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from typing import Any, Callable
@@ -48,8 +51,9 @@ Exit status:
        inputs the model fails on uncompiled too, a --torch-spyre DIR that is
        not a torch-spyre tree or needs _C symbols the stand-in lacks (named),
        a torch older than 2.10
-  130  interrupted (Ctrl-C)
-  143  stopped by SIGTERM (trace and report are finished first)
+  130  interrupted (Ctrl-C): ends by SIGINT, as python does
+  143  stopped by SIGTERM: ends by it, as python does (trace and report are
+       finished first)
 """
 _REPORT_EXIT_HELP = """\b
 Exit status:
@@ -135,6 +139,7 @@ class _Group(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        _END_BY[0] = None
         try:
             code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
         except CliError as exc:
@@ -150,7 +155,34 @@ class _Group(click.Group):
         except click.Abort:
             click.echo("prov-trace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        if _END_BY[0] is not None:
+            _end_by_signal(_END_BY[0], code if isinstance(code, int) else EXIT_INTERRUPTED)
         sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+#: The signal `run` ends the process by, as python ends a program stopped by it (set by `run`).
+_END_BY: list[int | None] = [None]
+
+
+def _end_by_signal(signum: int, fallback: int) -> None:
+    """End the process the way python ends a program that a signal stopped, so that a parent (a shell
+    loop, a job runner) sees the signal, not an exit status: for SIGINT, python runs its exit handlers and
+    then kills itself with SIGINT (a KeyboardInterrupt raised from here, printed by no hook, does just
+    that); for SIGTERM, whose default action ends a process at once, the process kills itself now."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a stream the program closed or replaced
+            pass
+    if signum == signal.SIGINT:
+        sys.excepthook = lambda *exc: None
+        raise KeyboardInterrupt
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass
+    sys.exit(fallback)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=_RUN_EXIT_HELP)
@@ -290,6 +322,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
                      torch_spyre=torch_spyre, follow=not no_follow)
     if result.report is not None:
         out.line("\n".join(result.report.summary_lines()))
+    _END_BY[0] = result.signal
     if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
         program = [*(["-m", module_name] if module_name else []), *([target] if target is not None else [])]
         hint = _misplaced_options_hint(program, list(args))

@@ -239,3 +239,33 @@ def test_a_program_that_replaces_or_closes_its_streams_keeps_its_exit_status(tmp
         assert "prov-trace summary:" in traced.stdout, traced.stdout
     if case == "stderr-closed":  # the stream object is closed, its descriptor is not: written there
         assert "prov-trace: report written to" in traced.stderr, traced.stderr
+
+
+INTERRUPTS_ITSELF = """\
+import atexit
+atexit.register(lambda: print("exit handler ran", flush=True))
+print("start", flush=True)
+raise KeyboardInterrupt
+"""
+
+
+def test_a_script_left_with_a_keyboardinterrupt_ends_by_sigint_as_under_python(tmp_path):
+    """python prints the traceback, runs the exit handlers, then ends by SIGINT (a parent sees the signal,
+    a shell 130): traced, the same, after the trace and report are written. A script's own
+    sys.exit(130) stays an exit status."""
+    import signal
+
+    script = tmp_path / "interrupts.py"
+    script.write_text(INTERRUPTS_ITSELF)
+    plain = _plain(script, cwd=tmp_path)
+    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"),
+                             "--report", str(tmp_path / "r.md"), str(script)], cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=300)
+    assert plain.returncode == traced.returncode == -signal.SIGINT, traced.stderr
+    assert _own_stderr(traced.stderr) == plain.stderr and "KeyboardInterrupt" in plain.stderr
+    assert plain.stdout == "start\nexit handler ran\n" and traced.stdout.startswith("start\n")
+    assert traced.stdout.rstrip().endswith("exit handler ran") and (tmp_path / "r.md").is_file()
+    script.write_text("import sys\nsys.exit(130)\n")
+    exits = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"), "--no-report",
+                            str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert exits.returncode == 130 == _plain(script, cwd=tmp_path).returncode
