@@ -139,7 +139,6 @@ class _Group(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        _END_BY[0] = None
         try:
             code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
         except CliError as exc:
@@ -155,13 +154,15 @@ class _Group(click.Group):
         except click.Abort:
             click.echo("prov-trace: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        if _END_BY[0] is not None:
-            _end_by_signal(_END_BY[0], code if isinstance(code, int) else EXIT_INTERRUPTED)
+        if isinstance(code, _EndedBySignal):
+            _end_by_signal(code.signal, int(code))
         sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
-#: The signal `run` ends the process by, as python ends a program stopped by it (set by `run`).
-_END_BY: list[int | None] = [None]
+class _EndedBySignal(int):
+    """`run`'s exit status (130, 143) when python would have ended the program by a signal, which it carries."""
+
+    signal: int
 
 
 def _end_by_signal(signum: int, fallback: int) -> None:
@@ -322,12 +323,15 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
                      torch_spyre=torch_spyre, follow=not no_follow)
     if result.report is not None:
         out.line("\n".join(result.report.summary_lines()))
-    _END_BY[0] = result.signal
     if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
         program = [*(["-m", module_name] if module_name else []), *([target] if target is not None else [])]
         hint = _misplaced_options_hint(program, list(args))
         if hint:
             say(hint)
+    if result.signal is not None:
+        ended = _EndedBySignal(result.exit_code)
+        ended.signal = result.signal
+        return ended
     return result.exit_code
 
 

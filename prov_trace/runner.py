@@ -202,6 +202,12 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line: its message's first line, else its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def check_device(device: str) -> None:
     """UsageError, in one sentence, for a --device torch does not know or cannot use here."""
     import torch
@@ -209,8 +215,7 @@ def check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"--device {device} is not a device torch knows ({first}): use e.g. cpu or cuda:0") from None
+        raise UsageError(f"--device {device} is not a device torch knows ({_first_line(exc)}): use e.g. cpu or cuda:0") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"--device {device}, but this torch sees no CUDA device: leave --device out to run on the cpu")
 
@@ -220,8 +225,7 @@ def to_device(model: Any, device: str) -> Any:
     try:
         return model.to(device)
     except (RuntimeError, AssertionError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot put the model on --device {device}: {first}") from None
+        raise UsageError(f"cannot put the model on --device {device}: {_first_line(exc)}") from None
 
 
 def model_device(model: Any, default: str) -> str:
@@ -277,8 +281,7 @@ def inputs_misfit(model: Any, inputs: tuple, *, train: bool) -> str | None:
             with torch.no_grad():
                 model(*inputs)
     except Exception as exc:  # noqa: BLE001 - what the model raises is the answer
-        text = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        return f"{type(exc).__name__}: {_first_line(exc)}" if str(exc).strip() else type(exc).__name__
     return None
 
 

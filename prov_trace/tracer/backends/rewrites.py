@@ -118,6 +118,8 @@ class RewriteCache:
     def __init__(self, root: Path | None, rewriter: str) -> None:
         self.hits = 0
         self.misses = 0
+        #: Whether this process has marked its directory used (or written to it, which does the same).
+        self._marked = False
         self._dir: Path | None = None
         if root is not None:
             try:
@@ -166,8 +168,6 @@ class RewriteCache:
         if new:
             prune(path.parent.parent, keep=path.parent.name)
 
-    _marked = False
-
     def _mark_used(self) -> None:
         """Set the directory's modification time to now, where it is more than a day old (once a process)."""
         if self._marked or self._dir is None:
@@ -180,11 +180,11 @@ class RewriteCache:
             pass
 
 
-def prune(inject_dir: Path, keep: str, now: float | None = None) -> list[str]:
+def prune(inject_dir: Path, keep: str) -> list[str]:
     """Remove the tag directories in `inject_dir` other than `keep` that no run used for `STALE_DAYS` days;
     their names. Nothing else is touched: a directory whose name is not a tag, or that holds anything but
     ``*.marshal`` entries (and the temporary files of an interrupted write), stays; an error skips it."""
-    cutoff = (time.time() if now is None else now) - STALE_DAYS * 86_400
+    cutoff = time.time() - STALE_DAYS * 86_400
     removed = []
     try:
         candidates = [d for d in os.scandir(inject_dir) if d.name != keep and _TAG_DIR.match(d.name)]
