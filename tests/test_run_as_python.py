@@ -37,6 +37,12 @@ def _traced(script: Path, *flags: str, cwd: Path, env: dict | None = None, launc
     return subprocess.run(cmd, cwd=cwd, env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=300)
 
 
+def _prov_trace_run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m prov_trace run ARGS` in `cwd`, output captured."""
+    return subprocess.run([sys.executable, "-m", "prov_trace", "run", *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+
+
 def _own_stderr(text: str) -> str:
     """The script's stderr: prov-trace's own lines taken out."""
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("prov-trace:"))
@@ -200,8 +206,7 @@ def test_the_script_sees_the_globals_and_file_python_gives_it(tmp_path):
     cwd = tmp_path / "b"
     plain = subprocess.run([sys.executable, "../a/show.py"], cwd=cwd, env=ENV, capture_output=True, text=True,
                            timeout=120)
-    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(cwd / "t.msgpack"), "--no-report",
-                             "../a/show.py"], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=300)
+    traced = _prov_trace_run("-o", str(cwd / "t.msgpack"), "--no-report", "../a/show.py", cwd=cwd)
     assert plain.returncode == traced.returncode == 0, traced.stderr
     want, got = json.loads(plain.stdout), json.loads(_stdout_of_script(traced.stdout))
     assert got == want
@@ -228,9 +233,8 @@ def test_a_program_that_replaces_or_closes_its_streams_keeps_its_exit_status(tmp
     script = tmp_path / "streams.py"
     script.write_text(STREAMS[case])
     plain = _plain(script, cwd=tmp_path)
-    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"),
-                             "--report", str(tmp_path / "r.md"), str(script)], cwd=tmp_path, env=ENV,
-                            capture_output=True, text=True, timeout=300)
+    traced = _prov_trace_run("-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script),
+                             cwd=tmp_path)
     assert traced.returncode == plain.returncode == 0, traced.stderr
     assert "Traceback" not in traced.stderr and "lost sys.stderr" not in traced.stderr, traced.stderr
     assert _stdout_of_script(traced.stdout) == plain.stdout
@@ -258,14 +262,12 @@ def test_a_script_left_with_a_keyboardinterrupt_ends_by_sigint_as_under_python(t
     script = tmp_path / "interrupts.py"
     script.write_text(INTERRUPTS_ITSELF)
     plain = _plain(script, cwd=tmp_path)
-    traced = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"),
-                             "--report", str(tmp_path / "r.md"), str(script)], cwd=tmp_path, env=ENV,
-                            capture_output=True, text=True, timeout=300)
+    traced = _prov_trace_run("-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script),
+                             cwd=tmp_path)
     assert plain.returncode == traced.returncode == -signal.SIGINT, traced.stderr
     assert _own_stderr(traced.stderr) == plain.stderr and "KeyboardInterrupt" in plain.stderr
     assert plain.stdout == "start\nexit handler ran\n" and traced.stdout.startswith("start\n")
     assert traced.stdout.rstrip().endswith("exit handler ran") and (tmp_path / "r.md").is_file()
     script.write_text("import sys\nsys.exit(130)\n")
-    exits = subprocess.run([sys.executable, "-m", "prov_trace", "run", "-o", str(tmp_path / "t.msgpack"), "--no-report",
-                            str(script)], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    exits = _prov_trace_run("-o", str(tmp_path / "t.msgpack"), "--no-report", str(script), cwd=tmp_path)
     assert exits.returncode == 130 == _plain(script, cwd=tmp_path).returncode
