@@ -229,6 +229,49 @@ def test_read_stream_of_unknown_size():
     assert t.complete and t.size == len(header + end)
 
 
+def test_an_endless_stream_that_is_not_a_trace_is_refused_at_its_first_bytes(tmp_path):
+    """A pipe or device of unknown length is read only as far as its records go: an endless one that is no
+    trace (here /dev/zero, read only) is one sentence, at once, not read whole into memory (it was: 23 GB)."""
+    with open("/dev/zero", "rb") as zeros:
+        proc = subprocess.run([sys.executable, "-m", "prov_trace", "report", "/dev/stdin", "-o", str(tmp_path / "r.md")],
+                              stdin=zeros, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "does not start with a prov-trace header record" in proc.stderr and "Traceback" not in proc.stderr
+    # A trace followed by (nearly) endless bytes that are no record reads up to its last record and stops there.
+    header = msgpack.packb({"kind": "header", "seq": 0, "t_ns": 0, "schema": "prov-trace",
+                            "version": list(schema.SCHEMA_VERSION)})
+
+    class Endless(io.RawIOBase):  # 64 MiB of 0xc1, a byte msgpack never uses (bounded, should a regression read it all)
+        left = 64 << 20
+
+        def readinto(self, b):
+            n = min(len(b), self.left)
+            b[:n] = b"\xc1" * n
+            self.left -= n
+            return n
+
+    t = read_stream(io.BufferedReader(_Then(header, Endless())), None)
+    assert len(t.records) == 0 and t.problem.startswith(f"incomplete at byte {len(header)} of the ") \
+        and "not a whole record" in t.problem, t.problem
+
+
+class _Then(io.RawIOBase):
+    """`first`'s bytes, then those of `rest`."""
+
+    def __init__(self, first: bytes, rest: io.RawIOBase):
+        self._first, self._rest = first, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b):
+        if self._first:
+            n = min(len(b), len(self._first))
+            b[:n], self._first = self._first[:n], self._first[n:]
+            return n
+        return self._rest.readinto(b)
+
+
 def test_bare_urls_in_trace_text_are_not_links_in_markdown(tmp_path):
     text = "see https://evil.example/x and www.evil.example and mail@evil.example"
     path = rs.write_trace(tmp_path / "t.msgpack", rs.hostile_records(text))

@@ -13,8 +13,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-import io
-
 import msgpack
 
 from prov_trace.errors import UsageError
@@ -76,29 +74,53 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         return read_stream(f, size if regular else None, path)
 
 
+class _Counted:
+    """A stream of unknown length (a pipe, a device) read through, counting the bytes it gave."""
+
+    def __init__(self, f: BinaryIO):
+        self._f = f
+        self.count = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.count += len(data)
+        return data
+
+
 def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
-    """Read a trace from an open binary file of `size` bytes (None: a pipe or other stream, read to its end)."""
+    """Read a trace from an open binary file of `size` bytes (None: a pipe or other stream, read as it comes).
+
+    A stream of unknown length is read a chunk at a time and only as far as its records go, so one that is
+    not a trace (``/dev/zero``, a log piped in by mistake) is refused after its first bytes, not read whole."""
+    counted = None
     if size is None:
-        data = f.read()
-        return read_stream(io.BytesIO(data), len(data), path)
-    if size == 0:
+        f = counted = _Counted(f)  # type: ignore[assignment]
+    elif size == 0:
         raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before it started?)")
     unpacker = msgpack.Unpacker(f, read_size=1024 * 1024, **schema.UNPACK_OPTIONS, **schema.READ_LIMITS)
     records: list[dict[str, Any]] = []
     unknown: dict[str, int] = {}
     newer = False
     problem = None
+    def of_size() -> str:  # a stream of unknown length: what was read of it so far
+        return f"of {size}" if counted is None else f"of the {counted.count} read"
+
     while True:
         offset = unpacker.tell()
         try:
             obj = unpacker.unpack()
         except msgpack.OutOfData:
+            if counted is not None:
+                size = counted.count
+                if size == 0:
+                    raise TraceReadError(f"{path} is empty: it is not a prov-trace trace (was the run killed before "
+                                         "it started?)") from None
             if offset < size:
                 problem = f"incomplete at byte {offset} of {size}: the stream was cut short"
             break
         except (ValueError, msgpack.FormatError, msgpack.StackError, msgpack.ExtraData,
                 msgpack.BufferFull, UnicodeDecodeError, TypeError, OverflowError, MemoryError):
-            problem = f"incomplete at byte {offset} of {size}: the bytes there are not a whole record"
+            problem = f"incomplete at byte {offset} {of_size()}: the bytes there are not a whole record"
             break
         if not records:
             _check_header(path, obj)
@@ -108,11 +130,13 @@ def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
                 # A newer minor version may add record kinds: skip them, counted, and read on.
                 unknown[obj["kind"]] = unknown.get(obj["kind"], 0) + 1
                 continue
-            problem = f"incomplete at byte {offset} of {size}: the record there is not a prov-trace record"
+            problem = f"incomplete at byte {offset} {of_size()}: the record there is not a prov-trace record"
             break
         records.append(obj)
         if obj.get("kind") == schema.END:
             break
+    if counted is not None:
+        size = counted.count
     if not records:
         raise TraceReadError(f"{path} is not a prov-trace trace: it holds no whole record")
     repaired = 0
