@@ -108,6 +108,45 @@ class _OwnStream:
                 pass
 
 
+class _StdoutFailed(Exception):
+    """Standard output could not be written (a full disk, a device error): one sentence, exit 2."""
+
+    def __init__(self, exc: OSError):
+        super().__init__(exc.strerror or str(exc))
+
+
+class _StdoutClosed(Exception):
+    """The reader of standard output closed the pipe. Not an OSError: click would make that exit 1."""
+
+
+def _out(text: str, nl: bool = True) -> None:
+    """A line of a command's result on standard output. A reader that closed the pipe (`| head -1`) ends
+    the command as it ends cat or grep, by SIGPIPE (`_StdoutClosed`); any other failure is `_StdoutFailed`."""
+    try:
+        click.echo(text, nl=nl)
+    except BrokenPipeError:
+        raise _StdoutClosed() from None
+    except OSError as exc:
+        raise _StdoutFailed(exc) from None
+
+
+def _end_by_sigpipe() -> None:
+    """The reader of standard output went away: end by SIGPIPE, as a shell pipeline's other tools do (no
+    traceback, no "Exception ignored" at exit, and not an exit status that reads as the command's answer)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush into the closed pipe at exit
+    except (OSError, ValueError, AttributeError):
+        pass
+    if hasattr(signal, "SIGPIPE"):
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGPIPE)
+        except (OSError, ValueError):
+            pass
+    sys.exit(1)
+
+
 class CliError(click.ClickException):
     """A ProvTraceError on the command line: ``prov-trace: error: <one sentence>``, and its exit status."""
 
@@ -141,6 +180,11 @@ class _Group(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
             code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
+        except (BrokenPipeError, _StdoutClosed):
+            _end_by_sigpipe()
+        except _StdoutFailed as exc:
+            click.echo(f"prov-trace: error: could not write to standard output: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except CliError as exc:
             exc.show()
             sys.exit(exc.exit_code)
@@ -396,7 +440,7 @@ def _emit(text: str, output: str, what: str, reads: tuple[str, ...]) -> None:
     from prov_trace import files
 
     if output == "-":
-        click.echo(text, nl=False)
+        _out(text, nl=False)
         return
     for t in reads:
         if os.path.exists(t) and files.same_file(output, t):
@@ -596,7 +640,7 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
         result = rep.check(*(r.text for r in parsed), graphs=list(graphs) or None, require_ranks_agree=require_ranks_agree)
     else:
         result = rep.check(*(r.text for r in parsed), graphs=list(graphs) or None)
-    click.echo(str(result), nl=False)
+    _out(str(result), nl=False)
     if rep.partial:
         _say(f"the trace is partial: {rep.partial}")
     return EXIT_OK if result.ok else 1
@@ -647,7 +691,7 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
         line = (f"profile spyre: torch-spyre is not installed here (no module named torch_spyre), "
                 f"so none of its {len(prof.hooks)} targets can be resolved")
         if as_json:
-            click.echo(json.dumps({"profile": prof.name, "reason": why, "available": False, "problem": line}))
+            _out(json.dumps({"profile": prof.name, "reason": why, "available": False, "problem": line}))
         else:
             _say(line)
         return 1
@@ -658,29 +702,29 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
     results = drift.check(chosen + tuple(extra_hooks))
     drifted = [r for r in results if not r["ok"]]
     if as_json:
-        click.echo(json.dumps({"profile": prof.name, "reason": why, "available": True, "torch": version,
+        _out(json.dumps({"profile": prof.name, "reason": why, "available": True, "torch": version,
                                "targets": results, "drifted": [r["target"] for r in drifted],
                                "other_releases": [{"target": h.target, "stage": h.stage, "torch_range": h.torch}
                                                   for h in others]}, indent=2))
     else:
-        click.echo(f"profile {prof.name}: {why}")
+        _out(f"profile {prof.name}: {why}")
         if others:
-            click.echo(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
+            _out(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
                        "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
         for r in results:
             mark = "ok   " if r["ok"] else "DRIFT"
             ranged = f" (torch {r['torch_range']})" if r.get("torch_range") else ""
-            click.echo(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}{ranged}")
+            _out(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}{ranged}")
             if r["resolved"]:
-                click.echo(f"        {r['file']}:{r['line']}")
-                click.echo(f"        def {r['target'].rsplit('.', 1)[-1].rsplit(':', 1)[-1]}{r['signature']}")
+                _out(f"        {r['file']}:{r['line']}")
+                _out(f"        def {r['target'].rsplit('.', 1)[-1].rsplit(':', 1)[-1]}{r['signature']}")
                 if r["reads"]:
-                    click.echo("        reads " + ", ".join(f"{k} {'ok' if v else 'MISSING'}" for k, v in r["reads"].items()))
+                    _out("        reads " + ", ".join(f"{k} {'ok' if v else 'MISSING'}" for k, v in r["reads"].items()))
                 for note in r["notes"]:
-                    click.echo(f"        note: {note}")
+                    _out(f"        note: {note}")
             if r["reason"]:
-                click.echo(f"        {r['reason']}")
-        click.echo(f"{len(results)} targets: {len(results) - len(drifted)} ok, {len(drifted)} drifted")
+                _out(f"        {r['reason']}")
+        _out(f"{len(results)} targets: {len(results) - len(drifted)} ok, {len(drifted)} drifted")
     if drifted:
         if not as_json:
             click.echo("drifted:", err=True)

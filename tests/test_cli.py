@@ -180,3 +180,35 @@ def test_a_directory_or_zip_to_run_is_one_sentence(tmp_path):
     _one_error_line(cli("run", "appdir", cwd=tmp_path), "appdir is a directory: prov-trace runs a script file or -m MODULE; "
                                                          "give its appdir/__main__.py")
     _one_error_line(cli("run", "app.zip", cwd=tmp_path), "app.zip is a zip archive")
+
+
+def test_a_closed_or_failing_standard_output(tmp_path):
+    """`targets | head -1`: the reader went away, and the command ends by SIGPIPE as cat or grep do (it exited
+    1, which for targets reads as "drifted"). A standard output that fails otherwise (a full disk) is one
+    sentence, exit 2 (it was a traceback)."""
+    import os
+    import signal
+    import subprocess
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "prov_trace", "targets", "--profile", "inductor-cpu"],
+                              stdout=write, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == -signal.SIGPIPE, (proc.returncode, proc.stderr)
+    assert proc.stderr == "", proc.stderr
+    # A stream whose writes fail as a full disk's do (no device node is written).
+    full = textwrap.dedent("""
+        import errno, io, sys
+        class Full(io.TextIOBase):
+            def write(self, s):
+                raise OSError(errno.ENOSPC, "No space left on device")
+        sys.stdout = Full()
+        sys.argv = ["prov-trace", "targets", "--profile", "inductor-cpu"]
+        from prov_trace.cli import main
+        main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", full], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    _one_error_line(proc, "could not write to standard output: No space left on device")
