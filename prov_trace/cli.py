@@ -712,7 +712,7 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
             _out(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
                        "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
         for r in results:
-            mark = "ok   " if r["ok"] else "DRIFT"
+            mark = "--   " if r.get("unchecked") else "ok   " if r["ok"] else "DRIFT"
             ranged = f" (torch {r['torch_range']})" if r.get("torch_range") else ""
             _out(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}{ranged}")
             if r["resolved"]:
@@ -724,7 +724,9 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
                     _out(f"        note: {note}")
             if r["reason"]:
                 _out(f"        {r['reason']}")
-        _out(f"{len(results)} targets: {len(results) - len(drifted)} ok, {len(drifted)} drifted")
+        unchecked = sum(1 for r in results if r.get("unchecked"))
+        _out(f"{len(results)} targets: {len(results) - len(drifted) - unchecked} ok, {len(drifted)} drifted"
+             + (f", {unchecked} not checkable here (the script's own)" if unchecked else ""))
     if drifted:
         if not as_json:
             click.echo("drifted:", err=True)

@@ -635,6 +635,19 @@ def test_targets_command_checks_a_stock_profile_and_user_probes(tmp_path):
     assert "14 ok, 1 drifted" in drifted.stdout
 
 
+def test_targets_does_not_check_a_script_probe_against_prov_traces_own_main(tmp_path):
+    """`__main__:func` names a function of the script `run` runs. `targets` runs none, and its own __main__ is
+    prov-trace's: `__main__:main` passed on prov-trace's `main()`, and `__main__:f` drifted."""
+    proc = cli("targets", "--profile", "inductor-cpu", "--probe", "__main__:main", "--probe", "__main__:f=mine",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "16 targets: 14 ok, 0 drifted, 2 not checkable here (the script's own)" in proc.stdout
+    assert "cli.py" not in proc.stdout and "has no attribute" not in proc.stdout
+    out = json.loads(cli("targets", "--profile", "inductor-cpu", "--json", "--probe", "__main__:main", cwd=tmp_path).stdout)
+    mine = next(t for t in out["targets"] if t["target"] == "__main__:main")
+    assert mine["unchecked"] and mine["ok"] and not mine["resolved"] and mine["file"] is None and out["drifted"] == []
+
+
 def test_targets_for_spyre_without_torch_spyre_is_one_line(tmp_path):
     proc = cli("targets", "--profile", "spyre", cwd=tmp_path, env={"PYTHONPATH": ""})
     assert proc.returncode == 1
