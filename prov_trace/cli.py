@@ -572,7 +572,7 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
             _inputs((trace_a, trace_b)), ""
     else:
         load, render, describe, inputs, noun = _load, _diff.render, _diff.describe, (trace_a, trace_b), "trace "
-    a, b = load(trace_a), load(trace_b)
+    a, b = _load_side(load, trace_a, "A"), _load_side(load, trace_b, "B")
     d = a.diff(b)
     _emit(render(d, fmt), output, "diff", inputs)
     for which, rep in (("A", a), ("B", b)):
@@ -582,6 +582,18 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
         _say(f"{len(d['regressions'])} regression(s): " + "; ".join(describe(r) for r in d["regressions"][:5]))
         return 1
     return EXIT_OK
+
+
+def _load_side(load: Callable[[str], Any], path: str, which: str) -> Any:
+    """One side of a diff; a directory of several runs' streams is refused with advice diff can follow (it has
+    no --run: a side is one run)."""
+    from prov_trace.report.ranks import SeveralRuns
+
+    try:
+        return load(path)
+    except SeveralRuns as exc:
+        raise CliError(f"{which} ({path}) holds streams of {exc.runs}: diff compares one run with another, so give a "
+                       "directory of one run's streams (move the other runs' streams out of it)") from None
 
 
 _CHECK_EXIT_HELP = """\b

@@ -95,6 +95,11 @@ def test_streams_of_two_runs_are_one_sentence_naming_both(mlp_run, eight):
     picked = cli("report", str(eight), "--run", "run-a", "-o", "-")
     assert picked.returncode == 0 and "Ranks 0–7: identical" in picked.stdout
     assert "1 stream of another run was left out" in picked.stdout
+    # diff has no --run (a side is one run): its sentence says what to do instead of suggesting it.
+    diffed = cli("diff", str(eight), str(mlp_run.trace))
+    assert diffed.returncode == 2 and "Traceback" not in diffed.stderr and len(diffed.stderr.strip().splitlines()) == 1
+    assert f"A ({eight}) holds streams of 2 different runs" in diffed.stderr
+    assert "2 different runs" in diffed.stderr and "--run" not in diffed.stderr and "move the other runs' streams" in diffed.stderr
 
 
 def test_a_cut_rank_is_reported_cut_and_nothing_is_lost(eight):

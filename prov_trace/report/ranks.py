@@ -219,12 +219,25 @@ def select_run(procs: list[dict[str, Any]], run: str | None) -> tuple[list[int],
     if len(groups) > 1:
         groups.sort(key=lambda g: min(procs[i]["start_time"] or 0 for i in g))
         # The latest three (the one to suggest among them), and how many earlier ones there are.
-        runs = (f"{len(groups) - 3} earlier and " if len(groups) > 3 else "") + \
-            " and ".join(_describe_run(procs, g) for g in groups[-3:])
+        latest = [_describe_run(procs, g) for g in groups[-3:]]
+        earlier = len(groups) - len(latest)
+        if earlier:
+            latest.append(f"{earlier} earlier run{'s' if earlier != 1 else ''}")
+        runs = ", ".join(latest[:-1]) + " and " + latest[-1]
         first = procs[min(groups[-1])]
-        raise UsageError(f"the streams come from {len(groups)} different runs, {runs}: report one run at a time "
-                         f"(--run {first['run_id'] or first['job_id']} picks one), or move the other run's streams away")
+        raise SeveralRuns(f"{len(groups)} different runs: {runs}", first["run_id"] or first["job_id"])
     return sorted(everyone), []
+
+
+class SeveralRuns(UsageError):
+    """Streams of several runs where one run was meant; `str()` is the sentence for `report` and `check`;
+    `runs` ("N different runs: run a (...) and run b (...)") and `latest` (the newest's id) let a command
+    without --run word its own advice."""
+
+    def __init__(self, runs: str, latest: str | None):
+        super().__init__(f"the streams come from {runs}: pick one with --run {latest} (or another's id), or move "
+                         "the other runs' streams away")
+        self.runs, self.latest = runs, latest
 
 
 # --- comparing ----------------------------------------------------------------------------------
