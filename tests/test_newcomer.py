@@ -49,6 +49,17 @@ def test_a_run_that_compiled_nothing_keeps_the_existing_report_and_says_so(nothi
     assert "was kept" in proc.stderr
 
 
+def test_the_report_of_a_run_that_compiled_nothing_says_so(nothing_run):
+    """Its Counts section was a table header with no rows; `check` said "nothing was compiled", the report did not."""
+    d, _ = nothing_run
+    proc = cli("report", str(d / "t.msgpack"), "-o", "-")
+    assert proc.returncode == 0, proc.stderr
+    counts = proc.stdout.split("## Counts", 1)[1].split("\n## ", 1)[0]
+    assert "Nothing was compiled: the trace holds no graph" in counts and "| Graph |" not in counts
+    html = cli("report", str(d / "t.msgpack"), "--format", "html", "-o", "-").stdout
+    assert "Nothing was compiled: the trace holds no graph" in html
+
+
 ARGPARSE_AFTER_COMPILE = textwrap.dedent("""
     import argparse
     import torch

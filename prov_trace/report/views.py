@@ -298,6 +298,10 @@ def _counts(model: dict[str, Any]) -> Section:
             rows.append(Row([f"{g['label']}: placeholders and outputs"] + [
                 str(len(g["stages"][st]["boundary"])) if "boundary" in g["stages"][st] and g["stages"][st]["observed"]
                 else "" for st in order]))
+    if not model["graphs"]:
+        sec.blocks.append(Para(["Nothing was compiled: the trace holds no graph, so there is nothing to count and no "
+                                "matrix. The Hooks table below says which hooks resolved and whether any fired."]))
+        return sec
     sec.blocks.append(Table(["Graph"] + [titles[st] for st in order], rows))
     sec.blocks.append(Para(["Objects per stage: source lines, FX compute nodes (call_function, call_method, "
                             "call_module: the ones the matrix measures; placeholders, attributes and outputs are "
