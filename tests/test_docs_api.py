@@ -81,3 +81,14 @@ def test_api_md_examples_run_and_print_what_the_page_says(tmp_path):
     assert len(outs) == len(blocks)
     # The examples wrote only into their scratch directory.
     assert (tmp_path / "mlp.msgpack").exists() and (tmp_path / "run.md").exists()
+
+
+def test_the_docs_name_the_schema_version_the_writer_writes():
+    """README said schema 1.2 after the writer moved to 1.3."""
+    from prov_trace.stream.schema import SCHEMA_VERSION
+
+    want = "{}.{}".format(*SCHEMA_VERSION)
+    readme = (REPO / "README.md").read_text()
+    fmt = (REPO / "docs" / "trace-format.md").read_text()
+    assert re.findall(r"\(schema (\d+\.\d+)\)", readme) == [want]
+    assert fmt.splitlines()[0] == f"# Trace format, schema {want}"
