@@ -56,6 +56,9 @@ def test_the_report_of_a_run_that_compiled_nothing_says_so(nothing_run):
     assert proc.returncode == 0, proc.stderr
     counts = proc.stdout.split("## Counts", 1)[1].split("\n## ", 1)[0]
     assert "Nothing was compiled: the trace holds no graph" in counts and "| Graph |" not in counts
+    # The Hooks table names each stage by its title, also a stage the trace has no column for.
+    hooks = proc.stdout.split("## Hooks", 1)[1]
+    assert "| Dynamo graph |" in hooks and "| AOT graph |" in hooks and "dynamo_graph" not in hooks, hooks
     html = cli("report", str(d / "t.msgpack"), "--format", "html", "-o", "-").stdout
     assert "Nothing was compiled: the trace holds no graph" in html
 

@@ -704,7 +704,8 @@ def _spyre(sp: dict[str, Any]) -> Section:
 
 
 def _hooks(model: dict[str, Any]) -> Section:
-    titles = model["stage_titles"]
+    # A hook of a stage the trace has no column for (it never fired) still reads by its title.
+    titles = {**S.STAGE_TITLES, **model["stage_titles"]}
     rows = [Row([Code(hk.get("target")), titles.get(hk.get("stage"), str(hk.get("stage"))), str(hk.get("event")),
                  Sym("yes" if hk.get("resolved") else "no"), Sym("yes" if hk.get("installed") else "no"),
                  str(hk.get("fired", 0)), str(hk.get("errors", 0)),
