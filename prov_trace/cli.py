@@ -171,6 +171,10 @@ def _user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+#: What click 8.2+ raises for a bare group (8.1 printed the help and exited 0 itself).
+_NO_ARGS_IS_HELP: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())  # () catches nothing
+
+
 class _Group(click.Group):
     """Every error in one form, ``prov-trace: error: ...``, and Ctrl-C as exit 130, not click's ``Aborted!``."""
 
@@ -188,6 +192,9 @@ class _Group(click.Group):
         except CliError as exc:
             exc.show()
             sys.exit(exc.exit_code)
+        except _NO_ARGS_IS_HELP as exc:  # bare `prov-trace`: its help, as --help gives it (click 8.1 did this too)
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else exc.format_message())
+            sys.exit(EXIT_OK)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             click.echo(f"prov-trace: error: {_printable(exc.format_message())}{hint}", err=True)

@@ -85,6 +85,8 @@ def describe(path: str) -> str:
 
 def check_writable(path: str, what: str) -> None:
     """Raise UsageError, before anything runs, when `path` can't be written."""
+    if not path:
+        raise UsageError(f"the {what} path is empty: give a file name")
     kind = output_kind(path)
     if kind == "a directory":
         raise UsageError(f"the {what} path {path} is a directory: give a file name")

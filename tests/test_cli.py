@@ -24,6 +24,13 @@ def test_help_is_complete():
         assert opt in run.stdout, opt
 
 
+def test_bare_prov_trace_prints_its_help():
+    """click 8.2+ turned a bare group into an error ("prov-trace: error: Usage: ...", exit 2, on stderr)."""
+    bare = cli()
+    assert bare.returncode == 0 and bare.stderr == "", bare.stderr
+    assert bare.stdout == cli("--help").stdout
+
+
 def _one_error_line(proc, needle: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("prov-trace: error:")]
@@ -47,6 +54,10 @@ def test_unwritable_outputs_are_refused_before_running(tmp_path):
     assert not (tmp_path / "ran").exists()
     proc = cli("run", "-o", str(tmp_path / "same"), "--report", str(tmp_path / "same"), str(script), cwd=tmp_path)
     _one_error_line(proc, "same file")
+    # An empty path (an unset shell variable) says so; it read "could not write the report to : Is a directory".
+    _one_error_line(cli("run", "--report", "", str(script), cwd=tmp_path), "the report path is empty")
+    _one_error_line(cli("report", str(script), "-o", "", cwd=tmp_path), "the report path is empty")
+    assert not (tmp_path / "ran").exists()
 
 
 def test_uninferable_input_asks_for_input_shape(tmp_path):
