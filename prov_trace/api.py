@@ -569,10 +569,13 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     fmt = None
     if report is not None:
         report = report_path_for(report, report_format)
-        from prov_trace.report.formats import output_format
+        from prov_trace.report.formats import output_format, suffix_disagrees
 
         fmt = output_format(report, report_format)
         files.check_writable(report, "report")
+        note = suffix_disagrees(report, report_format)
+        if note:
+            log(note)
         if files.same_file(report, output):
             raise UsageError(f"the report and the trace are the same file ({output}): give them different paths")
     trace_abs, report_abs = _checked_outputs(kind, target, module, output, report, probes_file)

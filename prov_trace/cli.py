@@ -506,9 +506,10 @@ def report(traces: tuple[str, ...], output: str, fmt: str, run_id: str | None) -
     """
     from prov_trace import files
     from prov_trace.api import report_path_for
-    from prov_trace.report.formats import output_format
+    from prov_trace.report.formats import output_format, suffix_disagrees
 
     output = report_path_for(output, fmt)
+    note = suffix_disagrees(output, fmt)
     fmt = output_format(output, fmt)
     reads = _inputs(traces)
     if output != "-":
@@ -517,6 +518,8 @@ def report(traces: tuple[str, ...], output: str, fmt: str, run_id: str | None) -
             if os.path.exists(trace) and files.same_file(output, trace):
                 raise CliError(f"the report would overwrite the trace it reads ({trace}): give another -o path")
     rep = _load_many(traces, run_id)
+    if note:
+        _say(note)
     _emit(rep.render(fmt), output, "report", reads)
     if rep.partial:
         _say(f"the trace is partial: {rep.partial}")
@@ -563,8 +566,9 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
     """
     from prov_trace import files
     from prov_trace.report import diff as _diff
-    from prov_trace.report.formats import output_format
+    from prov_trace.report.formats import output_format, suffix_disagrees
 
+    note = suffix_disagrees(output, fmt)
     fmt = output_format(output, fmt)
     if output != "-":
         files.check_writable(output, "diff")
@@ -581,6 +585,8 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
         load, render, describe, inputs, noun = _load, _diff.render, _diff.describe, (trace_a, trace_b), "trace "
     a, b = _load_side(load, trace_a, "A"), _load_side(load, trace_b, "B")
     d = a.diff(b)
+    if note:
+        _say(note)
     _emit(render(d, fmt), output, "diff", inputs)
     for which, rep in (("A", a), ("B", b)):
         if rep.partial:

@@ -63,6 +63,22 @@ def test_the_report_of_a_run_that_compiled_nothing_says_so(nothing_run):
     assert "Nothing was compiled: the trace holds no graph" in html
 
 
+def test_an_explicit_format_against_the_suffix_is_written_and_said(nothing_run, tmp_path):
+    """`--format md -o r.html` writes Markdown, as asked; it did so silently."""
+    d, _ = nothing_run
+    proc = cli("report", str(d / "t.msgpack"), "--format", "md", "-o", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"writing Markdown to {tmp_path / 'r.html'}, as --format md asks, though its suffix names HTML" in proc.stderr
+    assert (tmp_path / "r.html").read_text().startswith("# Source-to-kernel provenance audit")
+    agree = cli("report", str(d / "t.msgpack"), "--format", "html", "-o", str(tmp_path / "r2.html"))
+    assert agree.returncode == 0 and "suffix names" not in agree.stderr
+    ran = cli("run", "--format", "json", "--report", str(tmp_path / "r.md"), "-o", str(tmp_path / "t.msgpack"),
+              str(d / "nothing.py"), cwd=tmp_path)
+    assert ran.returncode == 0 and "writing JSON to" in ran.stderr and "though its suffix names Markdown" in ran.stderr
+    diffed = cli("diff", str(d / "t.msgpack"), str(d / "t.msgpack"), "--format", "html", "-o", str(tmp_path / "d.json"))
+    assert diffed.returncode == 0 and "writing HTML to" in diffed.stderr
+
+
 ARGPARSE_AFTER_COMPILE = textwrap.dedent("""
     import argparse
     import torch

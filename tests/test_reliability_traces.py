@@ -219,6 +219,9 @@ def test_a_trace_piped_into_report_through_dev_stdin(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "prov_trace", "report", "/dev/stdin", "-o", str(tmp_path / "e.md")],
                            input=b"", cwd=tmp_path, capture_output=True, timeout=300)
     assert empty.returncode == 2 and b"is empty" in empty.stderr
+    dash = subprocess.run([sys.executable, "-m", "prov_trace", "report", "-", "-o", str(tmp_path / "d.md")],
+                          input=b"", cwd=tmp_path, capture_output=True, timeout=300)
+    assert dash.returncode == 2 and b"to read a trace from standard input, give /dev/stdin" in dash.stderr
 
 
 def test_read_stream_of_unknown_size():

@@ -18,3 +18,16 @@ def output_format(path: str | None, fmt: str = "auto") -> str:
     if fmt != "auto":
         return fmt
     return SUFFIXES.get(os.path.splitext(path or "")[1].lower(), "md")
+
+
+NAMES = {"md": "Markdown", "html": "HTML", "json": "JSON"}
+
+
+def suffix_disagrees(path: str | None, fmt: str) -> str | None:
+    """A note when an explicit --format is not the one `path`'s suffix names (`--format md -o r.html`): the
+    format asked for is written, and the user is told, in case the suffix was what they meant."""
+    named = SUFFIXES.get(os.path.splitext(path or "")[1].lower())
+    if fmt == "auto" or named is None or named == fmt:
+        return None
+    return (f"writing {NAMES.get(fmt, fmt)} to {path}, as --format {fmt} asks, though its suffix names "
+            f"{NAMES.get(named, named)}")

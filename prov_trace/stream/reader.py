@@ -60,6 +60,8 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         size = os.path.getsize(path)
         f = open(path, "rb")
     except FileNotFoundError:
+        if path == "-":
+            raise TraceReadError("there is no file -: to read a trace from standard input, give /dev/stdin") from None
         raise TraceReadError(f"there is no file {path}: give the path of a trace written by 'prov-trace run'") from None
     except IsADirectoryError:
         raise TraceReadError(f"{path} is a directory: give the path of a trace file") from None
