@@ -275,6 +275,18 @@ class _Then(io.RawIOBase):
         return self._rest.readinto(b)
 
 
+def test_bytes_after_the_end_record_are_named_in_the_report(tmp_path):
+    """`cat a.msgpack b.msgpack > c.msgpack` gave the report of a alone, and said nothing of b."""
+    path = rs.write_trace(tmp_path / "t.msgpack", [_post_grad(), (schema.END, {"outcome": "ok"})])
+    whole = path.read_bytes()
+    (tmp_path / "two.msgpack").write_bytes(whole + whole)
+    t = read_trace(tmp_path / "two.msgpack")
+    assert t.complete and t.trailing == len(whole) and read_trace(path).trailing == 0
+    md = markdown.render(build(t))
+    assert f"{len(whole):,} bytes follow the trace's end record and were not read" in md
+    assert "bytes follow" not in markdown.render(build(read_trace(path)))
+
+
 def test_bare_urls_in_trace_text_are_not_links_in_markdown(tmp_path):
     text = "see https://evil.example/x and www.evil.example and mail@evil.example"
     path = rs.write_trace(tmp_path / "t.msgpack", rs.hostile_records(text))

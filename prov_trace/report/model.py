@@ -801,9 +801,14 @@ def build(trace: Trace) -> ReportModel:
 
 
 def _warnings(trace: Trace) -> list[str]:
-    """The warnings the tracer wrote as notes (e.g. the program replaced the settrace tracer)."""
-    return [r["text"] for r in trace.records
-            if r.get("kind") == S.NOTE and r.get("level") == "warning" and isinstance(r.get("text"), str)]
+    """The warnings the tracer wrote as notes (e.g. the program replaced the settrace tracer), and the reader's:
+    bytes after the end record, which it does not read."""
+    out = [r["text"] for r in trace.records
+           if r.get("kind") == S.NOTE and r.get("level") == "warning" and isinstance(r.get("text"), str)]
+    if trace.trailing:
+        out.append(f"{trace.trailing:,} bytes follow the trace's end record and were not read (was another trace "
+                   "appended to this file?); everything here is the trace up to its end record.")
+    return out
 
 
 def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ class Trace:
     repaired: int = 0
     #: Records of kinds this reader does not know, skipped, by kind (only in a stream of a newer minor version).
     unknown_kinds: dict[str, int] = field(default_factory=dict)
+    #: Bytes after the end record, not read (a file of known size only: another trace appended to this one).
+    trailing: int = 0
 
     @property
     def complete(self) -> bool:
@@ -137,6 +139,7 @@ def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
         records.append(obj)
         if obj.get("kind") == schema.END:
             break
+    trailing = size - unpacker.tell() if counted is None and records and records[-1].get("kind") == schema.END else 0
     if counted is not None:
         size = counted.count
     if not records:
@@ -151,7 +154,7 @@ def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
     if end is None and problem is None:
         problem = f"incomplete at byte {size} of {size}: the stream has no end record (the run did not finish)"
     return Trace(path=path, size=size, header=header, records=body, end=end, problem=problem, repaired=repaired,
-                 unknown_kinds=unknown)
+                 unknown_kinds=unknown, trailing=max(trailing, 0))
 
 
 def _check_header(path: str, obj: Any) -> None:
