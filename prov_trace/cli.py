@@ -728,14 +728,14 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
     drifted = [r for r in results if not r["ok"]]
     if as_json:
         _out(json.dumps({"profile": prof.name, "reason": why, "available": True, "torch": version,
-                               "targets": results, "drifted": [r["target"] for r in drifted],
-                               "other_releases": [{"target": h.target, "stage": h.stage, "torch_range": h.torch}
-                                                  for h in others]}, indent=2))
+                         "targets": results, "drifted": [r["target"] for r in drifted],
+                         "other_releases": [{"target": h.target, "stage": h.stage, "torch_range": h.torch}
+                                            for h in others]}, indent=2))
     else:
         _out(f"profile {prof.name}: {why}")
         if others:
             _out(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
-                       "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
+                 "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
         for r in results:
             mark = "--   " if r.get("unchecked") else "ok   " if r["ok"] else "DRIFT"
             ranged = f" (torch {r['torch_range']})" if r.get("torch_range") else ""
