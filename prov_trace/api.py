@@ -586,6 +586,10 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     spyre = None
     if torch_spyre is not None:
         spyre_profile_check(profile)
+        if kind == runner.MODEL and device is not None and device.split(":", 1)[0] != "spyre":
+            # Elsewhere stock Inductor would compile it, under a report that says torch-spyre did.
+            raise UsageError(f"--torch-spyre compiles a model on the spyre device, not on {device}: drop --device "
+                             f"{device}, or drop --torch-spyre to compile it with stock Inductor")
         # A model is run once, so every graph compiles before the one error (a graph break needs that);
         # a script stops at its first launch, as it would on a machine without the device.
         spyre = activate_spyre(torch_spyre, launch="defer" if kind == runner.MODEL else "raise", log=log)
@@ -594,6 +598,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
             if dtype is None:
                 dtype = SPYRE_DTYPE
                 log(f"weights and inputs in {SPYRE_DTYPE}: torch-spyre refuses float32 matmuls (--dtype chooses)")
+            elif dtype == "float32":
+                log("warning: torch-spyre refuses float32 matmuls, so a model with one fails to compile in "
+                    f"float32 (--dtype {SPYRE_DTYPE} is its default)")
     dtype, device = dtype or "float32", device or "cpu"
 
     model = inputs = None

@@ -166,9 +166,21 @@ def _user_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except ProvTraceError as exc:
-            raise CliError(str(exc), exc.exit_code) from None
+            note = _spyre_from_environment(str(exc))
+            raise CliError(str(exc).rstrip(".") + note if note else str(exc), exc.exit_code) from None
 
     return wrapper
+
+
+def _spyre_from_environment(message: str) -> str:
+    """Where an error about torch-spyre comes from a tree the user set in the environment, not on the command
+    line, a clause that says so (the message names --torch-spyre, or only the tree)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or "torch_spyre" not in ctx.params or "torch-spyre" not in message.lower():
+        return ""
+    if ctx.get_parameter_source("torch_spyre") != click.core.ParameterSource.ENVIRONMENT:
+        return ""
+    return " (the torch-spyre tree comes from PROV_TRACE_TORCH_SPYRE, set in the environment)"
 
 
 #: What click 8.2+ raises for a bare group (8.1 printed the help and exited 0 itself).

@@ -371,6 +371,26 @@ def test_bad_torch_spyre_trees_are_one_sentence_exit_2(spyre_tree, spyre_env, tm
     proc = prov_trace("run", "x.py:M", "--profile", "inductor-cpu", "--torch-spyre", str(spyre_tree), env=spyre_env,
                       cwd=tmp_path)
     assert proc.returncode == 2 and "only the spyre profile watches" in proc.stderr
+    assert "PROV_TRACE_TORCH_SPYRE" not in proc.stderr
+    # The same tree from the environment: the sentence says where it came from (it named only --torch-spyre).
+    proc = prov_trace("run", "x.py:M", "--profile", "inductor-cpu", env=spyre_env, cwd=tmp_path,
+                      extra_env={"PROV_TRACE_TORCH_SPYRE": str(spyre_tree)})
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "prov-trace: error: --torch-spyre compiles through torch-spyre, which only the spyre profile watches: drop "
+        "--profile inductor-cpu, or give --profile spyre (the torch-spyre tree comes from PROV_TRACE_TORCH_SPYRE, set "
+        "in the environment)"], proc.stderr
+    # A model on another device would compile with stock Inductor under a report that says torch-spyre did
+    # (--device cpu exited 0 so); --device cuda was torch's traceback.
+    mlp = f"{REPO / 'examples' / 'reference_mlp.py'}:SimpleMLP"
+    for device in ("cpu", "cuda"):
+        proc = prov_trace("run", mlp, "--torch-spyre", str(spyre_tree), "--device", device, env=spyre_env, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"prov-trace: error: --torch-spyre compiles a model on the spyre device, not on {device}: drop --device "
+            f"{device}, or drop --torch-spyre to compile it with stock Inductor"], proc.stderr
+    (tmp_path / "afile").write_text("")
+    proc = prov_trace("run", mlp, "--torch-spyre", str(tmp_path / "afile"), env=spyre_env, cwd=tmp_path)
+    assert proc.returncode == 2 and "is not a torch-spyre source tree: it is a file" in proc.stderr
+    assert not (tmp_path / "prov-trace.msgpack").exists()
 
 
 # --- activate(): no leak, a real extension --------------------------------------------------------

@@ -133,7 +133,13 @@ def find_tree(torch_spyre_dir: str | os.PathLike | None) -> tuple[str, str]:
         package = os.path.abspath(list(spec.submodule_search_locations)[0])
         root = os.path.dirname(package)
     else:
+        if not os.fspath(torch_spyre_dir):
+            raise NotATorchSpyreTree("the torch-spyre tree given is an empty path: give the directory that holds "
+                                     "torch_spyre/.")
         given = os.path.abspath(os.fspath(torch_spyre_dir))
+        if os.path.exists(given) and not os.path.isdir(given):
+            raise NotATorchSpyreTree(f"{torch_spyre_dir} is not a torch-spyre source tree: it is a file; give the "
+                                     "directory that holds torch_spyre/.")
         if not os.path.isdir(given):
             raise NotATorchSpyreTree(f"{torch_spyre_dir} is not a torch-spyre source tree: there is no such directory.")
         if os.path.basename(given) == "torch_spyre" and os.path.isfile(os.path.join(given, "__init__.py")):
