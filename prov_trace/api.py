@@ -519,7 +519,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         backend: str = "auto", probes: Iterable[str] = (), probes_file: str | None = None,
         keep_caches: bool = False, tool_id: int | None = None, input_shape: str | None = None,
         dtype: str | None = None, device: str | None = None, train: bool = False, log: Log = say,
-        progress: bool = True, torch_spyre: str | os.PathLike[str] | None = None, follow: bool = True) -> RunResult:
+        progress: bool = True, torch_spyre: str | os.PathLike[str] | None = None, follow: bool = True,
+        command: Iterable[str] | None = None) -> RunResult:
     """What ``prov-trace run`` does. Bad input raises UsageError before anything runs.
 
     `target` is a model (``file.py:Attr``, ``module:Attr``) or a script path; with `module`
@@ -532,6 +533,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     ready before the model's module is imported and before tracing starts. A model then defaults
     to the spyre device in float16 (weights and inputs); under the CPU stand-in its compile is
     traced and its kernels are not run, which ends the run with exit status 0 and a note.
+
+    `command` is the command line the trace header records (the report's Run row); by default one is
+    rebuilt from the target and its arguments. The command line gives its own, options included.
 
     `follow` traces every Python process the program starts, each into its own stream
     (docs/processes.md): beside ``output`` in ``<output stem>.procs/``, or, when ``output`` names a
@@ -624,7 +628,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     elif kind == runner.MODULE and not runner.module_exists(module):
         raise UsageError(f"no module named {module}: check the name, or run from the directory that holds it")
 
-    argv = ["prov-trace", "run", *([f"-m {module}"] if module else []), *([target] if target and not module else []), *args]
+    argv = list(command) if command is not None else \
+        ["prov-trace", "run", *([f"-m {module}"] if module else []), *([target] if target and not module else []), *args]
     tracer = Tracer(trace_abs, profile=profile, backend=backend, probes=hooks, keep_caches=True, tool_id=tool_id,
                     device=model_device, argv=argv, log=log, progress=progress, torch_spyre=torch_spyre,
                     header={"target": target if not module else f"-m {module}", "target_kind": kind, "train": train,

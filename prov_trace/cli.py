@@ -383,7 +383,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
                      report_format=report_format, profile=profile, backend=backend, probes=probe_specs,
                      probes_file=probes_file, keep_caches=keep_caches, tool_id=tool_id, input_shape=input_shape,
                      dtype=dtype, device=device, train=not eval_mode, log=say, progress=not quiet,
-                     torch_spyre=torch_spyre, follow=not no_follow)
+                     torch_spyre=torch_spyre, follow=not no_follow, command=["prov-trace", *sys.argv[1:]])
     if result.report is not None:
         out.line("\n".join(result.report.summary_lines()))
     if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
