@@ -294,6 +294,16 @@ def test_graph_break_compiles_both_graphs_and_fusion_shows_in_fused_from(spyre_b
     assert specs["buf3:ReStickifyOpHBM"]["source"] is None
     assert (f"`permute` `aten.t.default` `tests/spyre_models.py:{t_line}`" in spyre_break.markdown)
     assert spyre_break.cell("1/0", "get_stack_traces", "ir_post") == ("some", 3, 4)
+    # The fused op carries both lines to the SDSC op too, through fused_from (its handle names the mm's line
+    # only). The report counted the transpose's line lost from Kernel spec to Artifact, though the op has it.
+    lines = lambda obj: sorted(s["line"] for s in obj["sources"] if s.get("file", "").endswith("spyre_models.py"))
+    arts = [o for o in spyre_break.graph("1/0")["stages"]["artifact"]["objects"] if o.get("debug_handle_id")]
+    fused_op = next(o for o in arts if o["debug_handle_id"] == str(h["id"]))
+    assert lines(fused_op) == sorted({t_line, mm_line})
+    assert lines(next(o for o in spyre_break.graph("1/0")["stages"]["kernel_spec"]["objects"]
+                      if o["name"] == "buf0:batchmatmul")) == sorted({t_line, mm_line})
+    losses = spyre_break.graph("1/0")["losses"]
+    assert not any(loss["to"] == "artifact" and any(ln["line"] == t_line for ln in loss["lines"]) for loss in losses), losses
 
 
 def test_graph_break_register_kernel_provenance_agrees(spyre_break):

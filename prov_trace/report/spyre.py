@@ -41,6 +41,23 @@ def handle_source(src: Any) -> dict[str, Any] | None:
     return {"file": src["file"], "line": line if isinstance(line, int) and not isinstance(line, bool) else None}
 
 
+def handle_lines(handle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The source lines a probe's ``debug_handle`` record names: its own ``source``, then each ``fused_from``
+    constituent's (torch-spyre: a fused op's handle names one line, and consumers fall back to ``fused_from``
+    for the rest). Each line once, in that order."""
+    value = handle.get("value") if isinstance(handle.get("value"), dict) else {}
+    found = [handle.get("source") if isinstance(handle.get("source"), dict) else None]
+    for part in _list(value.get("fused_from"))[:MAX_HANDLE_ITEMS]:
+        loc = handle_source(part.get("source")) if isinstance(part, dict) else None
+        if loc is not None and loc["line"] is not None:  # shaped as the probe shapes the handle's own
+            found.append({"file": loc["file"], "line": loc["line"], "func": None, "text": None})
+    out: list[dict[str, Any]] = []
+    for src in found:
+        if src and not any((o.get("file"), o.get("line")) == (src.get("file"), src.get("line")) for o in out):
+            out.append(src)
+    return out
+
+
 def handle_fields(value: Any, depth: int = 0) -> dict[str, Any] | None:
     """``DebugHandle.to_dict()`` as report data: id, source, aten_op, ir_chain, fused_from, transform_history.
 
@@ -79,9 +96,9 @@ def op_spec_objects(records: list[dict[str, Any]], stage_records: list[dict[str,
         dh = k.get("debug_handle") if isinstance(k.get("debug_handle"), dict) else {}
         obj["fields"]["debug_handle"] = {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")),
                                          "type": dh.get("type")}
-        src = dh.get("source") if isinstance(dh.get("source"), dict) else None
-        if src and not any((s.get("file"), s.get("line")) == (src.get("file"), src.get("line")) for s in obj["sources"]):
-            obj["sources"].append(src)
+        for src in handle_lines(dh):
+            if not any((s.get("file"), s.get("line")) == (src.get("file"), src.get("line")) for s in obj["sources"]):
+                obj["sources"].append(src)
         spec = k.get("op_spec") if isinstance(k.get("op_spec"), dict) else {}
         obj.update(debug_handle=dh.get("file_line"),
                    op_spec_fields=[f.get("name") for f in _list(spec.get("declared_fields")) if isinstance(f, dict)],
@@ -134,7 +151,7 @@ def sdsc_objects(records: list[dict[str, Any]], stage_records: list[dict[str, An
                         "origins": origins.get(kernel, []),
                         "fields": {"debug_handle": {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")),
                                                     "type": dh.get("type")}},
-                        "sources": [dh["source"]] if isinstance(dh.get("source"), dict) else [],
+                        "sources": handle_lines(dh),
                     })
             # KTIR mode (TORCH_SPYRE_KTIR=1): one .ktir file per kernel in place of the sdsc_*.json. torch-spyre's
             # KTIR emitter writes no debug_handle, so the file has no such slot (the matrix reads ➖ there).
