@@ -404,6 +404,29 @@ def arm(tracer: Any) -> None:
     """A followed process's stream ends when the process does: at exit, at a multiprocessing worker's end, on SIGTERM."""
     atexit.register(_at_exit, tracer)
     _arm_sigterm(tracer)
+    if _in_multiprocessing_child():
+        # A forkserver (or spawn) worker whose tracer started here, as it imported torch: it leaves by
+        # os._exit after its target (forkserver), which skips atexit. Its bootstrap clears the finalizers
+        # registered before it and then runs the after-fork hooks; one registered from inside the target
+        # stays. Either way one finalizer ends the stream when the worker finishes.
+        mpu = sys.modules.get("multiprocessing.util")
+        try:
+            mpu.register_after_fork(tracer, _mp_finalizer)  # type: ignore[union-attr]
+            _mp_finalizer(tracer)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _in_multiprocessing_child() -> bool:
+    """Whether this process is a multiprocessing worker: being prepared (its main module imported) or running."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None or sys.modules.get("multiprocessing.util") is None:
+        return False
+    try:
+        current = mp.current_process()
+        return bool(getattr(current, "_inheriting", False)) or mp.parent_process() is not None
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def arm_forked(tracer: Any | None) -> None:

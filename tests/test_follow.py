@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -226,6 +227,37 @@ def test_forked_workers(tmp_path):
     report = (tmp_path / "r.md").read_text()
     assert report.startswith("# Source-to-kernel provenance audit: 2 processes")
     assert "1 child process compiled, each traced into its own stream in" in proc.stderr
+
+
+FORKSERVER = textwrap.dedent("""
+    import multiprocessing as mp
+    import os
+    import torch
+
+    def work(i):
+        f = torch.compile(lambda x: x.cos() + i)
+        print("worker", os.getpid(), tuple(f(torch.randn(3)).shape), flush=True)
+
+    if __name__ == "__main__":
+        p = mp.get_context("forkserver").Process(target=work, args=(1,))
+        p.start()
+        p.join()
+        print("exitcode", p.exitcode, flush=True)
+""")
+
+
+@pytest.mark.compile
+def test_a_forkserver_worker_that_finishes_ends_its_stream(tmp_path):
+    """A forkserver worker imports torch (its tracer starts) as its main module is prepared, and leaves by
+    os._exit after its target, which skips atexit: its stream was cut after its last probe records."""
+    (tmp_path / "fs.py").write_text(FORKSERVER)
+    proc = cli("run", "-q", "--no-report", "-o", str(tmp_path / "t") + os.sep, str(tmp_path / "fs.py"), cwd=tmp_path,
+               env=ENV)
+    assert proc.returncode == 0 and "exitcode 0" in proc.stdout, proc.stdout + proc.stderr
+    (worker,) = _pids(proc.stdout, "worker")
+    tr = read_trace(tmp_path / "t" / f"pid-{worker}.msgpack")
+    assert tr.complete and tr.end["outcome"] == "ok", tr.problem
+    assert any(r.get("stage") == "artifact" for r in tr.records)
 
 
 def test_no_follow_leaves_children_alone(tmp_path):
