@@ -555,20 +555,23 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     if kind == runner.MODEL and args:
         raise UsageError(f"a model target takes no arguments, but got: {' '.join(args)}")
     hooks = user_hooks(probes, probes_file)
+    rank = following.own_rank()
     if following.is_dir_output(output):  # -o DIR/: this process's stream in it, named as any process's
         try:
             os.makedirs(output, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot make the trace directory {output}: {exc.strerror or exc}") from None
         output = following.parent_path(output, {**following.identity(claim=False), "run_id": run_id})
-    else:
-        rank = following.own_rank()
-        if rank is not None:  # one `prov-trace run` per rank (torchrun -m prov_trace run ...): a file each
-            output = following.with_rank(output, rank)
-            report = following.with_rank(report_path_for(report, report_format), rank) if report is not None else None
-            log(f"this process is rank {rank} of a multi-process job: its trace is {output}"
-                + (f" and its report {report}" if report is not None else "") + " (give -o DIR/ for every rank's "
-                "stream in one directory)")
+        if rank is not None and report is not None:  # one `prov-trace run` per rank: a report each, not one shared
+            report = following.with_rank(report_path_for(report, report_format), rank)
+            log(f"this process is rank {rank} of a multi-process job: its trace is {output} and its report {report} "
+                f"(`prov-trace report {os.path.dirname(output) or '.'}` merges every rank's stream there)")
+    elif rank is not None:  # one `prov-trace run` per rank (torchrun -m prov_trace run ...): a file each
+        output = following.with_rank(output, rank)
+        report = following.with_rank(report_path_for(report, report_format), rank) if report is not None else None
+        log(f"this process is rank {rank} of a multi-process job: its trace is {output}"
+            + (f" and its report {report}" if report is not None else "") + " (give -o DIR/ for every rank's "
+            "stream in one directory)")
     files.check_writable(output, "trace")
     fmt = None
     if report is not None:

@@ -127,6 +127,14 @@ def test_prov_trace_run_as_a_rank_writes_a_file_of_its_own(tmp_path):
     assert "this process is rank 1 of a multi-process job" in proc.stderr
     assert (tmp_path / "prov-trace.rank-1.msgpack").exists() and (tmp_path / "provenance_audit.rank-1.md").exists()
     assert read_trace(tmp_path / "prov-trace.rank-1.msgpack").header["rank"] == 1
+    # With -o DIR/ the stream is DIR/rank-1.msgpack, and the report is the rank's too: every rank wrote
+    # provenance_audit.md, the last one to finish over the others.
+    (tmp_path / "provenance_audit.rank-1.md").unlink()
+    proc = cli("run", "-q", "-o", "d/", str(tmp_path / "s.py"), cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "d" / "rank-1.msgpack").exists() and (tmp_path / "provenance_audit.rank-1.md").exists()
+    assert not (tmp_path / "provenance_audit.md").exists()
+    assert "its report provenance_audit.rank-1.md (`prov-trace report d` merges every rank's stream there)" in proc.stderr
 
 
 def test_a_name_taken_is_kept_unless_an_earlier_run_here_wrote_it(tmp_path):
