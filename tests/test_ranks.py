@@ -25,9 +25,13 @@ def _records(trace: Path) -> list[dict]:
 
 
 def write_rank(src: Path, out: Path, rank: int, *, world: int = 8, run: str = "run-a", job: str | None = None,
-               drop_last_kernel: bool = False, host: str = "node0") -> Path:
-    """A copy of `src` as rank `rank` of a run wrote it."""
+               drop_last_kernel: bool = False, host: str = "node0", raised: str | None = None) -> Path:
+    """A copy of `src` as rank `rank` of a run wrote it (`raised`: as if an uncaught exception with that text
+    ended it after its compile)."""
     recs = _records(src)
+    if raised is not None:
+        assert recs[-1]["kind"] == "end"
+        recs[-1].update({"outcome": "exception", "detail": raised})
     agent = 100 + zlib.crc32(run.encode()) % 30000  # one launcher per run
     recs[0].update({"rank": rank, "local_rank": rank % 4, "world_size": world, "run_id": run, "job_id": job,
                     "host": host, "pid": agent + 1 + rank, "ppid": agent, "restart": 0, "follow": "child"})
@@ -100,6 +104,22 @@ def test_streams_of_two_runs_are_one_sentence_naming_both(mlp_run, eight):
     assert diffed.returncode == 2 and "Traceback" not in diffed.stderr and len(diffed.stderr.strip().splitlines()) == 1
     assert f"A ({eight}) holds streams of 2 different runs" in diffed.stderr
     assert "2 different runs" in diffed.stderr and "--run" not in diffed.stderr and "move the other runs' streams" in diffed.stderr
+
+
+def test_a_rank_that_raised_is_said_once_in_a_line(mlp_run, tmp_path):
+    """A rank an exception ended (after compiling the same) was only in its table cell, which held the whole
+    multi-line text; the run still agrees: what it compiled is the same."""
+    import prov_trace
+
+    d = tmp_path / "traces"
+    for r in range(2):
+        write_rank(mlp_run.trace, d / f"rank-{r}.msgpack", r, world=2,
+                   raised="RuntimeError: boom on rank 1\n\nSet TORCHDYNAMO_VERBOSE=1 for more" if r == 1 else None)
+    run = prov_trace.load(d)
+    assert run.agree
+    assert "rank 1 ended with an exception (RuntimeError: boom on rank 1), after what its stream holds" in run.run["problems"]
+    md = run.render("md")
+    assert "| exception (RuntimeError: boom on rank 1) |" in md and "TORCHDYNAMO_VERBOSE" not in md
 
 
 def test_a_cut_rank_is_reported_cut_and_nothing_is_lost(eight):

@@ -28,7 +28,7 @@ from prov_trace.report import diff as _diff
 from prov_trace.report import html, jsonout, markdown, views
 from prov_trace.report.model import build
 from prov_trace.report.report import CheckResult, Rendered, Report
-from prov_trace.report.text import clean
+from prov_trace.report.text import clean, first_line
 from prov_trace.report.views import Banner, Code, Document, Para, Row, Section, Table, join
 from prov_trace.stream import schema as S
 from prov_trace.stream.reader import Trace, TraceReadError, read_trace
@@ -394,8 +394,14 @@ def build_run(traces: list[Trace], models: list[dict[str, Any]], *, run: str | N
     stopped = [procs[i] for i in compared if procs[i]["status"] == "stopped"]
     for p in stopped:
         end = p["end"] or {}
-        problems.append(f"{label(p)} was stopped ({end.get('detail') or end.get('outcome')}) before it finished: its "
-                        "stream is whole up to the stop, and stages its compile had not reached show as not observed")
+        problems.append(f"{label(p)} was stopped ({first_line(end.get('detail') or end.get('outcome'))}) before it "
+                        "finished: its stream is whole up to the stop, and stages its compile had not reached show as "
+                        "not observed")
+    for p in procs:  # an uncaught exception ended it: not a disagreement in what it compiled, but worth saying
+        end = p["end"] or {}
+        if end.get("outcome") == "exception":
+            problems.append(f"{label(p)} ended with an exception ({first_line(end.get('detail') or '')}), after what "
+                            "its stream holds")
     if missing:
         problems.append(f"the world size is {world_size} but there is no stream for rank{'s' if len(missing) > 1 else ''} "
                         f"{', '.join(map(str, missing[:16]))}{', ...' if len(missing) > 16 else ''}: "
@@ -448,7 +454,8 @@ def verdict(run: dict[str, Any]) -> str:
 
 
 def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
+    """A label at the start of a sentence or heading: "Rank 1", but "pid 1234" stays as the tool writes it."""
+    return text if text.startswith("pid ") else text[:1].upper() + text[1:]
 
 
 # --- the view ------------------------------------------------------------------------------------
@@ -458,7 +465,7 @@ def _ended(p: dict[str, Any]) -> str:
     if p["status"] == "cut":
         return "cut (no end record)"
     end = p["end"] or {}
-    return f"{end.get('outcome')}" + (f" ({end.get('detail')})" if end.get("detail") else "")
+    return f"{end.get('outcome')}" + (f" ({first_line(end.get('detail'))})" if end.get("detail") else "")
 
 
 def _shifted(block: Any, by: int) -> Any:
@@ -499,7 +506,8 @@ def run_document(run: dict[str, Any], reference: dict[str, Any] | None, texts: d
         Row([Code(shown(p["path"])),
              "" if p["rank"] is None else str(p["rank"]), "" if p["local_rank"] is None else str(p["local_rank"]),
              str(p["host"] or ""), str(p["pid"] or ""), str(p["ppid"] or ""), str(p["graphs"]), str(p["kernels"]),
-             _ended(p), "yes" if p["compared"] else (p["note"] or p["role"] or "no")])
+             _ended(p), "yes" if p["compared"] else (p["note"] or ("no (not a rank)" if p["role"] == "process" else
+                                                                   p["role"]) or "no")])
         for p in procs]))
     blocks.append(intro)
     agree = Section("Rank agreement" if run["ranked"] else "Process agreement", 2)
@@ -532,8 +540,8 @@ def run_document(run: dict[str, Any], reference: dict[str, Any] | None, texts: d
         ref = procs[run["reference"]]
         blocks.append(Section(f"Report of {label(ref)}", 2, [Para([
             f"The sections below are {label(ref)}'s report ({os.path.basename(ref['path'])}), the reference: every "
-            f"{'rank' if run['ranked'] else 'process'} marked identical above compiled the same. "
-            "`prov-trace report STREAM` gives any other stream's own report."])]))
+            f"{'rank' if run['ranked'] else 'process'} marked identical above compiled the same. ",
+            Code("prov-trace report STREAM"), " gives any other stream's own report."])]))
         blocks += views.report_document(reference, texts=texts).blocks
     n = len(procs)
     return Document(f"Source-to-kernel provenance audit: {n} process{'es' if n != 1 else ''}", blocks,

@@ -58,3 +58,16 @@ def short_path(path: Any) -> str:
     p = str(path or "")
     parts = p.replace("\\", "/").split("/")
     return "/".join(parts[-2:]) if len(parts) > 2 else p
+
+
+def first_line(detail: Any, limit: int = 200) -> str:
+    """How a run ended, as one line for a table cell: the first line of the detail that says something. A
+    multi-line exception text (torch's own advice after it, torchrun's ChildFailedError with its banners)
+    filled the cell; a first line that only names the exception (``ChildFailedError:``) takes the next one."""
+    lines = [ln.strip() for ln in str(detail).splitlines() if ln.strip().strip("=-").strip()]
+    if not lines:
+        return str(detail).strip()
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    return text if len(text) <= limit else text[:limit] + "…"

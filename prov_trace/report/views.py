@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import MAX_TEXT, basename, clean, cut, short_path
+from prov_trace.report.text import MAX_TEXT, basename, clean, cut, first_line, short_path
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def ended(tr: dict[str, Any]) -> str:
     end = tr.get("end")
     if not end:
         return "no end record"
-    return f"{end.get('outcome')}" + (f" ({end.get('detail')})" if end.get("detail") else "")
+    return f"{end.get('outcome')}" + (f" ({first_line(end.get('detail'))})" if end.get("detail") else "")
 
 
 def src_id(s: dict[str, Any]) -> str:
