@@ -740,6 +740,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 built = _write_report(trace_abs, report_abs, fmt, log, shown=report, children=streams, run_id=run_id)
             else:
                 built = _write_report(trace_abs, report_abs, fmt, log, shown=report)
+                if not follow and built is not None and not built.model["graphs"]:
+                    log("this process compiled nothing; any process the program started (torchrun's ranks, "
+                        "multiprocessing workers) was not traced, as --no-follow asks")
     finally:
         sigterm.restore()
         held.restore()

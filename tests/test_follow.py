@@ -281,8 +281,12 @@ def test_no_follow_leaves_children_alone(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == expected.split(), (flags, proc.stdout)
     assert not (tmp_path / "t.procs").exists()
-
-
+    # Nothing compiled here and the children were not traced: said, since the report alone would not tell why.
+    proc = cli("run", "-q", "--no-follow", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"),
+               str(tmp_path / "parent.py"), cwd=tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "this process compiled nothing; any process the program started (torchrun's ranks, multiprocessing " \
+           "workers) was not traced, as --no-follow asks" in proc.stderr
 
 
 def _torchrun(tmp_path: Path, *script_args: str) -> subprocess.CompletedProcess:
