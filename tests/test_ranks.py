@@ -122,6 +122,34 @@ def test_a_rank_that_raised_is_said_once_in_a_line(mlp_run, tmp_path):
     assert "| exception (RuntimeError: boom on rank 1) |" in md and "TORCHDYNAMO_VERBOSE" not in md
 
 
+def test_a_worker_stopped_after_compiling_what_the_others_did_is_no_disagreement(mlp_run, tmp_path):
+    """`with Pool(2) as p: p.map(...)`: the pool's exit SIGTERMs its idle workers, so one stream may end
+    `signal` though its compile was over; `check --require-ranks-agree` failed on it. One stopped mid-compile
+    (it lacks a kernel the others have) still fails."""
+    import prov_trace
+
+    d = tmp_path / "traces"
+    for r in range(2):
+        out = write_rank(mlp_run.trace, d / f"rank-{r}.msgpack", r, world=2)
+    recs = _records(out)
+    recs[-1].update({"outcome": "signal", "detail": "SIGTERM"})
+    out.write_bytes(b"".join(msgpack.packb(r, **schema.PACK_OPTIONS) for r in recs))
+    run = prov_trace.load(d)
+    assert run.agree, run.run["problems"]
+    assert "rank 1 was stopped (SIGTERM) after it had compiled the same as rank 0: nothing it compiled was cut short" \
+        in run.run["problems"]
+    assert cli("check", str(d), "--require-ranks-agree").returncode == 0
+    write_rank(mlp_run.trace, out, 1, world=2, drop_last_kernel=True)
+    recs = _records(out)
+    recs[-1].update({"outcome": "signal", "detail": "SIGTERM"})
+    out.write_bytes(b"".join(msgpack.packb(r, **schema.PACK_OPTIONS) for r in recs))
+    run = prov_trace.load(d)
+    assert not run.agree
+    assert "rank 1 was stopped (SIGTERM) before it finished" in " ".join(run.run["problems"])
+    assert "agreement cannot be established: rank 1 was stopped before its compile finished" in run.to_markdown()
+    assert cli("check", str(d), "--require-ranks-agree").returncode == 1
+
+
 def test_a_cut_rank_is_reported_cut_and_nothing_is_lost(eight):
     path = eight / "rank-3.msgpack"
     data = path.read_bytes()
@@ -135,6 +163,9 @@ def test_a_cut_rank_is_reported_cut_and_nothing_is_lost(eight):
     assert all(p["status"] == "complete" for p in run.processes if p["rank"] != 3)
     assert "rank 3's stream (rank-3.msgpack) was cut short" in run.to_markdown()
     assert "the others are complete" in run.to_markdown()
+    # Cut mid-compile, it lacks what it did not get to: the headline said it "compiled differently".
+    assert "agreement cannot be established: rank 3 was cut short before its compile finished" in run.to_markdown()
+    assert "compiled differently" not in run.to_markdown().split("## ", 2)[1]
     proc = cli("check", str(eight), "--require-ranks-agree")
     assert proc.returncode == 1 and "cut short" in proc.stdout
     assert {p.name: p.read_bytes() for p in eight.iterdir()} == before

@@ -391,12 +391,22 @@ def build_run(traces: list[Trace], models: list[dict[str, Any]], *, run: str | N
         problems.insert(0, f"{label(p)}'s stream ({os.path.basename(p['path'])}) was cut short: {p['problem']}; it is "
                            "reported as it was when cut (the process was killed, or is still running)"
                         + (", the others are complete" if len(cut) < len(compared) else ""))
-    stopped = [procs[i] for i in compared if procs[i]["status"] == "stopped"]
-    for p in stopped:
-        end = p["end"] or {}
-        problems.append(f"{label(p)} was stopped ({first_line(end.get('detail') or end.get('outcome'))}) before it "
-                        "finished: its stream is whole up to the stop, and stages its compile had not reached show as "
-                        "not observed")
+    # A stopped process that compiled exactly what a complete one did was stopped after its compiles (a pool's
+    # terminate() stops its idle workers with SIGTERM): said, and no disagreement. Any other stop is one.
+    complete_peer = {i: j for g in groups for i in g["members"] for j in g["members"]
+                     if j != i and procs[j]["status"] == "complete"}
+    stopped = [procs[i] for i in compared if procs[i]["status"] == "stopped" and i not in complete_peer]
+    for i in compared:
+        p, end = procs[i], procs[i]["end"] or {}
+        if p["status"] != "stopped":
+            continue
+        how = first_line(end.get("detail") or end.get("outcome"))
+        if i in complete_peer:
+            problems.append(f"{label(p)} was stopped ({how}) after it had compiled the same as "
+                            f"{label(procs[complete_peer[i]])}: nothing it compiled was cut short")
+        else:
+            problems.append(f"{label(p)} was stopped ({how}) before it finished: its stream is whole up to the stop, "
+                            "and stages its compile had not reached show as not observed")
     for p in procs:  # an uncaught exception ended it: not a disagreement in what it compiled, but worth saying
         end = p["end"] or {}
         if end.get("outcome") == "exception":
@@ -449,6 +459,12 @@ def verdict(run: dict[str, Any]) -> str:
     n = sum(len(g["members"]) for g in diverging)
     total = sum(len(g["members"]) for g in groups)
     same = f"{_cap(first['label'])}: identical; " if len(first["members"]) > 1 else ""
+    unfinished = [procs[i] for g in diverging for i in g["members"]]
+    if all(p["status"] in ("cut", "stopped") for p in unfinished):
+        # A process cut or stopped mid-compile differs in what it did not get to; that is not a disagreement.
+        return (f"{same}agreement cannot be established: "
+                + "; ".join(f"{label(p)} was {'cut short' if p['status'] == 'cut' else 'stopped'} before its compile "
+                            "finished" for p in unfinished[:4]) + ("; ..." if len(unfinished) > 4 else "") + ".")
     return (f"{same}{n} of {total} {who} compiled differently from {label(ref)}: "
             + "; ".join(f"{g['label']} ({g['first']})" for g in diverging[:4]) + ("; ..." if len(diverging) > 4 else "") + ".")
 
