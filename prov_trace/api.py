@@ -113,8 +113,9 @@ def load_run(*paths: str | os.PathLike[str], run: str | None = None) -> Any:
     """The merged report of several processes' streams: directories (their ``*.msgpack``) and files.
 
     A `RunReport` (report/ranks.py): ranks that compiled the same shown once, the ranks that diverge
-    and how, each process's own `Report`. Streams of two different runs raise UsageError naming them,
-    unless `run` picks one.
+    and how, each process's own `Report`. Streams of two different runs that both compiled raise
+    UsageError naming them, unless `run` picks one; where the earlier runs' streams compiled nothing (a
+    launcher's, left by running twice into one directory), the newest run is taken and the rest noted.
     """
     from prov_trace.report.ranks import RunReport
 

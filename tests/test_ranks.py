@@ -122,6 +122,25 @@ def test_a_rank_that_raised_is_said_once_in_a_line(mlp_run, tmp_path):
     assert "| exception (RuntimeError: boom on rank 1) |" in md and "TORCHDYNAMO_VERBOSE" not in md
 
 
+def test_a_rerun_into_the_same_directory_reports_the_newest_run(eight):
+    """Run twice with -o traces/: the ranks' streams are replaced by name, the earlier launcher's pid-N stream
+    is not; it compiled nothing. `report traces/` refused the two runs; it takes the newest and says what it
+    left out. Streams of two runs that both compiled are still refused (the test above)."""
+    import prov_trace
+
+    first = _records(eight / "rank-0.msgpack")[0]
+    with open(eight / "pid-99.msgpack", "wb") as f:
+        for rec in ({**first, "rank": None, "local_rank": None, "run_id": "run-0", "pid": 99, "ppid": 1,
+                     "start_time": (first.get("start_time") or 1.0) - 60, "follow": "parent"},
+                    {"kind": "end", "seq": 1, "t_ns": 0, "outcome": "ok", "records": 1}):
+            f.write(msgpack.packb(rec, **schema.PACK_OPTIONS))
+    run = prov_trace.load(eight)
+    assert run.agree and [g["label"] for g in run.run["groups"]] == ["ranks 0–7"]
+    assert f"1 stream of another run was left out: {eight / 'pid-99.msgpack'}" in " ".join(run.run["problems"])
+    proc = cli("report", str(eight), "-o", "-")
+    assert proc.returncode == 0 and "Ranks 0–7: identical" in proc.stdout, proc.stderr
+
+
 def test_a_worker_stopped_after_compiling_what_the_others_did_is_no_disagreement(mlp_run, tmp_path):
     """`with Pool(2) as p: p.map(...)`: the pool's exit SIGTERMs its idle workers, so one stream may end
     `signal` though its compile was over; `check --require-ranks-agree` failed on it. One stopped mid-compile

@@ -218,6 +218,12 @@ def select_run(procs: list[dict[str, Any]], run: str | None) -> tuple[list[int],
         return sorted(keep), sorted(everyone - keep)
     if len(groups) > 1:
         groups.sort(key=lambda g: min(procs[i]["start_time"] or 0 for i in g))
+        # Run twice into one -o DIR/: the ranks' streams are replaced by name, but the launcher's (pid-N) is
+        # not, and it compiled nothing. Where every stream of the earlier runs compiled nothing, the newest
+        # run is the one (the report notes what it left out); streams of two runs that compiled are refused.
+        if not any(procs[i]["graphs"] for g in groups[:-1] for i in g):
+            keep = groups[-1] | (everyone - labelled)
+            return sorted(keep), sorted(everyone - keep)
         # The latest three (the one to suggest among them), and how many earlier ones there are.
         latest = [_describe_run(procs, g) for g in groups[-3:]]
         earlier = len(groups) - len(latest)
