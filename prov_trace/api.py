@@ -731,8 +731,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         phase("program ended")
         streams = children.streams(exclude=tracer.path)
         if streams:
-            log(f"{len(streams)} child process{'es' if len(streams) != 1 else ''} compiled, each traced into its own "
-                f"stream in {os.path.relpath(children_dir)}{os.sep}: {', '.join(os.path.basename(p) for p in streams[:8])}"
+            log((f"{len(streams)} child processes compiled, each traced into its own stream" if len(streams) != 1 else
+                 "1 child process compiled, traced into its own stream")
+                + f" in {os.path.relpath(children_dir)}{os.sep}: {', '.join(os.path.basename(p) for p in streams[:8])}"
                 + (", ..." if len(streams) > 8 else ""))
         built = None
         if report is not None:

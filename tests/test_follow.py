@@ -234,7 +234,7 @@ def test_forked_workers(tmp_path):
     assert any(r.get("stage") == "kernel_spec" for r in tr.records)
     report = (tmp_path / "r.md").read_text()
     assert report.startswith("# Source-to-kernel provenance audit: 2 processes")
-    assert "1 child process compiled, each traced into its own stream in" in proc.stderr
+    assert "1 child process compiled, traced into its own stream in" in proc.stderr
 
 
 FORKSERVER = textwrap.dedent("""

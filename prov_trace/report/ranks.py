@@ -304,7 +304,8 @@ def differences(ref: dict[str, Any], other: dict[str, Any], ref_name: str, name:
             ca, cb = a["counts"].get(st), b["counts"].get(st)
             if ca != cb:
                 unit = UNITS.get(st, "objects")
-                show = lambda c: "none (the stage did not fire)" if c is None else f"{c} {unit}"  # noqa: E731
+                show = lambda c: ("none (the stage did not fire)" if c is None  # noqa: E731
+                                  else f"{c} {unit[:-1] if c == 1 and unit.endswith('s') else unit}")
                 out.append({"graph": lbl, "what": f"{titles.get(st, st)}: {unit}", "stage": st, "ref": ca, "this": cb,
                             "text": f"graph {lbl}, {titles.get(st, st)}: {show(cb)} on {name}, {show(ca)} on {ref_name}"})
         if a["kernels"] != b["kernels"]:
