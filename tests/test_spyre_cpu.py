@@ -302,6 +302,13 @@ def test_graph_break_compiles_both_graphs_and_fusion_shows_in_fused_from(spyre_b
     assert lines(fused_op) == sorted({t_line, mm_line})
     assert lines(next(o for o in spyre_break.graph("1/0")["stages"]["kernel_spec"]["objects"]
                       if o["name"] == "buf0:batchmatmul")) == sorted({t_line, mm_line})
+    # Lineage runs on to the Artifact stage: each OpSpec to the SDSC op holding its handle (names never match).
+    lin = spyre_break.graph("1/0")["lineage"]
+    ids = {n["id"]: n for n in lin["nodes"]}
+    into_art = [e for e in lin["edges"] if ids[e["to"]]["stage"] == "artifact"]
+    assert into_art and all(e["via"] == "debug_handle" for e in into_art), into_art
+    spec_of = {ids[e["to"]]["name"]: ids[e["from"]]["name"] for e in into_art}
+    assert spec_of[fused_op["name"]] == "buf0:batchmatmul"
     losses = spyre_break.graph("1/0")["losses"]
     assert not any(loss["to"] == "artifact" and any(ln["line"] == t_line for ln in loss["lines"]) for loss in losses), losses
 

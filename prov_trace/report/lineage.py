@@ -71,7 +71,7 @@ class Lineage(TypedDict):
 
 
 #: The edges that say an object became (or was emitted as) another: a line's flow follows these.
-FLOW = ("source", "from_node", "origin_node", "origins", "name", "member")
+FLOW = ("source", "from_node", "origin_node", "origins", "name", "member", "debug_handle")
 #: The edges that make a decomposition when one node has several of them into the next stage.
 LOWERING = ("from_node", "origin_node", "origins")
 
@@ -198,9 +198,13 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     # Kernel spec: the IR ops each kernel holds, at the last IR stage observed.
     ir_last = ir_post_ids if observed(S.IR_POST) else ir_pre_ids
     kernel_ids: dict[Any, str] = {}
+    handle_ids: dict[str, str] = {}  # torch-spyre: an OpSpec by its DebugHandle's id
     for k in objects(S.KERNEL_SPEC):
         nid = add_node(S.KERNEL_SPEC, k["name"], k, kernel=k.get("kernel"))
         kernel_ids.setdefault(k["name"], nid)
+        handle = (k.get("debug_handle_fields") or {}).get("id")
+        if isinstance(handle, str) and handle:
+            handle_ids.setdefault(handle, nid)
         linked = False
         for op in k.get("ops") or []:
             if op in ir_last:
@@ -209,11 +213,14 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         if not linked:
             link_sources(k, nid)
 
-    # Artifact: the same kernel (same name, numbered the same way) in the emitted file.
+    # Artifact: the same kernel (same name, numbered the same way) in the emitted file; under torch-spyre, the
+    # SDSC op whose debug_handle_ is the OpSpec's handle (their names never match: buf0:batchmatmul, 0_batchmatmul).
     for a in objects(S.ARTIFACT):
         nid = add_node(S.ARTIFACT, a["name"], a, kernel=a.get("kernel"))
         if a["name"] in kernel_ids:
             add_edge(kernel_ids[a["name"]], nid, "name")
+        elif a.get("debug_handle_id") in handle_ids:
+            add_edge(handle_ids[a["debug_handle_id"]], nid, "debug_handle")
 
     _inherit(nodes, edges, add_edge, stages, objects)
     return _summarise(nodes, edges)

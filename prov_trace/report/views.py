@@ -491,7 +491,7 @@ def _lineage(g: dict[str, Any], titles: dict[str, str]) -> Section:
         "Each object linked to the objects it came from, by the fields the trace recorded: a source line → the FX "
         "nodes that carry it; ", Code("from_node"), " (pre-grad → post-grad); ", Code("origins"), " (post-grad → "
         "LoopLevelIR, by the op's ", Code("origin_node"), "); the same buffer across the passes; kernel membership (IR "
-        "op → kernel); the same kernel in the emitted file. The other nodes an op's ", Code("origins"), " list (an input "
+        "op → kernel); the same kernel in the emitted file (under torch-spyre, the SDSC op that holds the OpSpec's debug handle). The other nodes an op's ", Code("origins"), " list (an input "
         "Inductor realised, an op computed inline) are side links, dashed and listed as \"also in origins\": never "
         "a decomposition or a fusion. A fusion is one kernel holding several IR ops. An object with no source and no "
         "link of its own is linked to its source-bearing producers by its inputs (dashed, ", Code("inherited"), "). "
