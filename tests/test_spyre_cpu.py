@@ -202,6 +202,12 @@ def test_mlp_opspecs_and_sdsc_bundles(spyre_mlp):
     specs = g["stages"]["kernel_spec"]["objects"]
     assert [s["name"] for s in specs] == ["buf0:batchmatmul", "buf1:add", "buf2:relufwd", "buf3:batchmatmul",
                                           "buf4:add"]
+    # The report calls them what they are: five OpSpecs of one kernel (it said "5 kernels", and 1 kernel below).
+    assert "0 of 5 OpSpecs carry no source at all." in spyre_mlp.markdown
+    assert "Under torch-spyre the kernel spec counts OpSpecs" in spyre_mlp.markdown
+    # The Artifact table shows an SDSC op's handle and lines, not the generated-code columns (all empty here).
+    assert "| SDSC op | Kernel | `debug_handle_` | Source line |" in spyre_mlp.markdown
+    assert "| Kernel | Kind | Def line | Call lines | Provenance comments |" not in spyre_mlp.markdown
     # the SDSC files on disk, in the directory get_output_dir returned, as dxp_standalone was handed them
     (bundle,) = spyre_mlp.note()["bundles"]
     assert bundle["accepted"] and bundle["sdsc_files"] == [f"sdsc_{i}.json" for i in range(5)]

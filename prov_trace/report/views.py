@@ -309,7 +309,10 @@ def _counts(model: dict[str, Any]) -> Section:
                             "kernel spec counts each kernel Inductor defines or calls (extern kernels once per call); "
                             "the artifact counts each kernel the emitted file defines, and each extern call in it. "
                             "\"= 0/0 forward\" marks a stage a graph shares with the first graph of its compile: "
-                            "AOT autograd splits one Dynamo graph into the forward and backward graphs."]))
+                            "AOT autograd splits one Dynamo graph into the forward and backward graphs."
+                            + (" Under torch-spyre the kernel spec counts OpSpecs (one per op of a SuperDSC kernel) and "
+                               "the artifact the ops of the kernels' sdsc_*.json files; the Spyre section counts the "
+                               "kernels." if model["header"].get("profile") == "spyre" else "")]))
     if model.get("frames_without_graph"):
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
@@ -327,7 +330,7 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     titles, order = model["stage_titles"], model["stage_order"]
     sec = Section(f"Graph {g['label']}", 2, attrs={"class": "graph", "data-graph": str(gi), "data-label": str(g["label"])})
     anchors = _anchors(g, gi)
-    sec.blocks.append(_headline(g, titles))
+    sec.blocks.append(_headline(g, titles, "OpSpec" if model["header"].get("profile") == "spyre" else "kernel"))
     if g.get("backend") == "torch.export":
         sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
     elif g.get("backend"):
@@ -390,8 +393,9 @@ def _linked(st: str, names: Any, anchors: dict[str, str], limit: int = 50) -> Jo
     return join(items)
 
 
-def _headline(g: dict[str, Any], titles: dict[str, str]) -> Para:
-    """A few measured sentences: how far the model's own lines get, where most are lost, sourceless kernels."""
+def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel") -> Para:
+    """A few measured sentences: how far the model's own lines get, where most are lost, sourceless kernels
+    (`kernel` names the kernel spec's objects: under torch-spyre they are OpSpecs, several to a kernel)."""
     hl = g["headline"]
     parts: list[Inline] = []
     n = hl["lines"]
@@ -410,7 +414,7 @@ def _headline(g: dict[str, Any], titles: dict[str, str]) -> Para:
         parts.append("No line is lost on the way. ")
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
-        parts.append(f"{len(bare)} of {hl['kernels']} kernel{'s' if hl['kernels'] != 1 else ''} carry no source at all"
+        parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
                      + (": " if bare else "."))
         if bare:
             parts += [join(Code(b) for b in bare[:20]), "."]
@@ -540,6 +544,13 @@ def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: 
         table = Table(["Line", "Function", "Source"],
                       [Row([_loc(o["sources"][0]), Code(o["kind"]), Code(o.get("text"))],
                            {"data-node": src_id(o["sources"][0]), "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+    elif st == S.ARTIFACT and shown and all(o.get("kind") == "sdsc_op" for o in shown):
+        # torch-spyre's SuperDSC ops: no def or call lines and no comments; their handle and the lines it names.
+        table = Table(["SDSC op", "Kernel", Code("debug_handle_"), "Source line"], [
+            Row([Code(o["name"].rsplit("/", 1)[-1]), Code(o.get("kernel")), Code(o["debug_handle_id"])
+                 if o.get("debug_handle_id") else Sym("no"),
+                 join(_loc(s) for s in o["sources"][:3]) if o["sources"] else Sym("no")],
+                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
     elif st == S.ARTIFACT:
         table = Table(["Kernel", "Kind", "Def line", "Call lines", "Provenance comments"], [
             Row([Code(o["name"]), str(o["kind"]), str(o.get("def_line") or ""),
