@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 TIMING = {"t_ns", "probe_ns"}
-HEADER_VOLATILE = {"backend", "backend_reason", "tool_id", "pid", "start_time", "run_id"}
+HEADER_VOLATILE = {"backend", "backend_reason", "tool_id", "pid", "start_time", "run_id", "argv"}  # argv: the command, -o and --backend included
 _ID_KEY = re.compile(r"^\d{6,}$")
 
 
