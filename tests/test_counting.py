@@ -103,12 +103,22 @@ def test_survival_rows_say_what_they_are(mlp_run, graph_break_run):
     rows = {r["text"]: r for r in first["survival"]}
     for text in ("x = self.fc2(x)", "x = x * 2.0"):
         assert rows[text]["note"] == "in graph 1/0 inference" and rows[text]["lost_at"] is None, rows[text]
-    # The line with the break is in no graph: never attached, and not mistaken for an op-less line.
-    brk = next(r for r in second["survival"] if r["text"].startswith("print("))
-    assert brk["last_stage"] is None and brk["note"] is None
+    # The line with the break runs in Python, between the graphs: each graph says so (Dynamo named graph 1/0's
+    # function for it), neither counts it as a line of its own that a stage lost.
+    for g in (first, second):
+        brk = next(r for r in g["survival"] if r["text"].startswith("print("))
+        assert brk["note"] == "graph break: runs in Python" and brk["last_stage"] is None, brk
+        assert brk["lost_at"] is None and brk["lost_by"] == []
+        assert g["headline"]["lines"] == 2, g["headline"]
+        assert not any(loss["lines"] == [{"file": brk["file"], "line": brk["line"]}] for loss in g["losses"]), g["losses"]
+    assert [n for n in first["notes"] if "graph break" in n] == [
+        "graph_break.py:22 is a graph break: Dynamo runs that line in Python, so no stage carries it, "
+        "and graph 1/0 inference resumes after it."]
+    assert any(n.endswith("and this graph resumes after it.") for n in second["notes"]), second["notes"]
     md = report.to_markdown()
     assert "| in graph 1/0 inference | — |" in md
     assert "| no op on this line | — |" in md
+    assert "| graph break: runs in Python | — |" in md and "never attached" not in md
 
 
 def test_from_node_actions_read_as_torch_prints_them(mlp_run):

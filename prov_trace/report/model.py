@@ -8,6 +8,7 @@ Stage objects come from the readers (``readers.py``), chosen by payload shape.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -528,6 +529,46 @@ def _mark_other_graphs(graphs: list[dict[str, Any]]) -> None:
                 row["lost_at"], row["lost_by"] = None, []
 
 
+#: A survival row's note when Dynamo broke the graph at its line: the line runs in Python, between graphs.
+GRAPH_BREAK = "graph break: runs in Python"
+
+#: Dynamo's name for the function it resumes in after a graph break: ``torch_dynamo_resume_in_forward_at_22``
+#: (torch/_dynamo/resume_execution.py), the line being the break's.
+_RESUME = re.compile(r"torch_dynamo_resume_in_.*_at_(\d+)$")
+
+
+def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
+    """A line no graph carries, where Dynamo broke the graph (``print(x)``, a call it cannot trace): it runs in
+    Python between two graphs, so it holds no op of either. Say so, and which graph resumes after it; it is not
+    a line whose provenance a stage lost."""
+    resumed: dict[tuple, list[str]] = {}
+    for g in _first_of_compile(graphs).values():
+        for o in (g["stages"].get(S.SOURCE) or {}).get("objects", []):
+            src = (o.get("sources") or [{}])[0]
+            m = _RESUME.search(str(src.get("func") or ""))
+            if m and isinstance(src.get("file"), str):
+                labels = resumed.setdefault((src["file"], int(m.group(1))), [])
+                if g["label"] not in labels:
+                    labels.append(g["label"])
+    if not resumed:
+        return
+    for g in graphs:
+        own = _first_of_compile(graphs)[g["compile_id"]]["label"]
+        noted = []
+        for row in g["survival"]:
+            key = (row["file"], row["line"])
+            if row["last_stage"] is not None or row["note"] or key not in resumed:
+                continue
+            row["note"] = GRAPH_BREAK
+            row["lost_at"], row["lost_by"] = None, []
+            noted.append((key, [lbl for lbl in resumed[key] if lbl != own]))
+        for (path, line), after in noted:
+            where = f"{os.path.basename(path)}:{line}"
+            g["notes"].append(f"{where} is a graph break: Dynamo runs that line in Python, so no stage carries it, "
+                              + (f"and graph {', '.join(after)} resumes after it." if after else
+                                 "and this graph resumes after it."))
+
+
 def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows a headline counts: the user's own lines that hold an op of this graph."""
     return [r for r in g["survival"] if r["user"] and not r["note"]]
@@ -773,6 +814,7 @@ def build(trace: Trace) -> ReportModel:
         })
     _mark_shared(graphs)
     _mark_other_graphs(graphs)
+    _mark_graph_breaks(graphs)
     _mark_model_files(graphs)
     for g in graphs:
         g["headline"] = _headline(g, stage_order)

@@ -190,7 +190,7 @@
       return st in TITLES; }).forEach(function(st){
       legend.appendChild(el('span', 'lv-' + st, 'last at ' + (TITLES[st] || st))); });
     legend.appendChild(el('span', 'lv-never', 'never attached'));
-    legend.appendChild(el('span', 'lv-noop', 'no op / in another graph'));
+    legend.appendChild(el('span', 'lv-noop', 'no op / another graph / graph break'));
     host.appendChild(legend);
     var lib = null;
     SRC.forEach(function(f, i){
