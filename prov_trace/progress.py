@@ -5,7 +5,8 @@ probe record it writes (a target's entry or return, never another call), with th
 record's stage, compile id, graph kind and payload. It keeps a running count of
 objects per graph and stage and shows:
 
-- on a terminal, one line rewritten in place: graph, stage, objects so far, elapsed time;
+- on a terminal, one line rewritten in place: graph, stage, objects so far (named for what they are:
+  nodes, ops, kernels), elapsed time;
 - elsewhere (a file, a pipe, CI's log), a plain line the first time each stage fires
   in each graph, and never more than that.
 
@@ -26,6 +27,18 @@ from prov_trace.stream import schema
 _COUNT_KEYS = ("node_count", "op_count")
 _LIST_KEYS = ("lines", "kernels", "sdsc_bundles", "nodes", "ops")
 
+#: What a payload's objects are, by the key that holds them or by the payload's shape: (one, several).
+#: An FX graph's count is all its nodes, placeholders and output included (the report counts its compute
+#: nodes and the rest apart); each unit is counted on its own, so a stage's counts never mix kinds.
+_UNITS = {
+    "lines": ("line", "lines"), "node_count": ("node", "nodes"), "nodes": ("node", "nodes"),
+    "op_count": ("op", "ops"), "ops": ("op", "ops"), "kernel": ("kernel", "kernels"), "kernels": ("kernel", "kernels"),
+    "sdsc_bundles": ("SDSC bundle", "SDSC bundles"),
+    "spyre.op_spec": ("OpSpec", "OpSpecs"), "spyre.define_kernel": ("SuperDSC kernel", "SuperDSC kernels"),
+    "spyre.output_dir": ("output directory", "output directories"),
+}
+_OBJECT = ("object", "objects")
+
 
 def payload_objects(stage: str, payload: Any) -> int:
     """How many stage objects one probe record's payload holds (a kernel spec record holds one kernel)."""
@@ -44,6 +57,21 @@ def payload_objects(stage: str, payload: Any) -> int:
             except Exception:  # noqa: BLE001
                 return 1
     return 1
+
+
+def payload_unit(payload: Any) -> tuple[str, str]:
+    """What `payload_objects` counts in this payload, as (one, several): ``("node", "nodes")``."""
+    if not isinstance(payload, dict):
+        return _OBJECT
+    shape = payload.get("shape")
+    if isinstance(shape, str) and shape in _UNITS:
+        return _UNITS[shape]
+    if "kernel" in payload:
+        return _UNITS["kernel"]
+    for key in (*_COUNT_KEYS, *_LIST_KEYS):
+        if payload.get(key) is not None:
+            return _UNITS.get(key, _OBJECT)
+    return _OBJECT
 
 
 def graph_label(record: dict[str, Any]) -> str:
@@ -67,7 +95,7 @@ class Progress:
         self.clock = clock
         self.titles = titles or schema.STAGE_TITLES
         self.t0 = clock()
-        self.counts: dict[tuple[str, str], int] = {}
+        self.counts: dict[tuple[str, str, str], int] = {}
         self.shown: set[tuple[str, str]] = set()
         self._line = False
         self._lock = threading.Lock()
@@ -77,20 +105,20 @@ class Progress:
         if not isinstance(stage, str):
             return
         label = graph_label(record)
-        key = (label, stage)
+        payload = record.get("payload")
+        unit = payload_unit(payload)
         with self._lock:
-            n = self.counts.get(key, 0) + payload_objects(stage, record.get("payload"))
-            self.counts[key] = n
+            n = self.counts.get((label, stage, unit[1]), 0) + payload_objects(stage, payload)
+            self.counts[(label, stage, unit[1])] = n
             if self.tty:
-                self._rewrite(self._text(label, stage, n))
-            elif key not in self.shown:
-                self.shown.add(key)
-                self._write(self._text(label, stage, n) + "\n")
+                self._rewrite(self._text(label, stage, n, unit))
+            elif (label, stage) not in self.shown:
+                self.shown.add((label, stage))
+                self._write(self._text(label, stage, n, unit) + "\n")
 
-    def _text(self, label: str, stage: str, n: int) -> str:
+    def _text(self, label: str, stage: str, n: int, unit: tuple[str, str] = _OBJECT) -> str:
         elapsed = self.clock() - self.t0
-        return (f"prov-trace: [{label}] {self.titles.get(stage, stage)}: "
-                f"{n} object{'s' if n != 1 else ''} so far, {elapsed:.1f} s")
+        return f"prov-trace: [{label}] {self.titles.get(stage, stage)}: {n} {unit[n != 1]} so far, {elapsed:.1f} s"
 
     def _rewrite(self, text: str) -> None:
         width = shutil.get_terminal_size((100, 24)).columns

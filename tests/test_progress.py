@@ -15,11 +15,12 @@ import threading
 
 import pytest
 
+import prov_trace
 from conftest import REPO
-from prov_trace.progress import Progress, payload_objects
+from prov_trace.progress import Progress, payload_objects, payload_unit
 from prov_trace.stream import schema
 
-PROGRESS = re.compile(r"prov-trace: \[(?P<graph>[^\]]+)\] (?P<title>[^:]+): (?P<n>\d+) objects? so far, (?P<t>[\d.]+) s")
+PROGRESS = re.compile(r"prov-trace: \[(?P<graph>[^\]]+)\] (?P<title>[^:]+): (?P<n>\d+) (?P<unit>[\w ]+?) so far, (?P<t>[\d.]+) s")
 TITLES = {v: k for k, v in schema.STAGE_TITLES.items()}
 
 
@@ -38,11 +39,11 @@ def test_plain_lines_at_most_one_per_stage_per_graph():
     p.close()
     lines = out.getvalue().splitlines()
     assert lines == [
-        "prov-trace: [0/0 inference] FX post-grad: 11 objects so far, 1.0 s",
-        "prov-trace: [0/0 inference] Kernel spec: 1 object so far, 2.0 s",
-        "prov-trace: [0/0 backward] FX post-grad: 19 objects so far, 3.0 s",
+        "prov-trace: [0/0 inference] FX post-grad: 11 nodes so far, 1.0 s",
+        "prov-trace: [0/0 inference] Kernel spec: 1 kernel so far, 2.0 s",
+        "prov-trace: [0/0 backward] FX post-grad: 19 nodes so far, 3.0 s",
     ]
-    assert p.counts[("0/0 inference", "kernel_spec")] == 2
+    assert p.counts[("0/0 inference", "kernel_spec", "kernels")] == 2
 
 
 def test_a_terminal_gets_one_line_rewritten():
@@ -55,7 +56,7 @@ def test_a_terminal_gets_one_line_rewritten():
     text = out.getvalue()
     assert "\n" not in text
     assert text.count("\r\x1b[K") == 4 and text.endswith("\r\x1b[K")
-    assert "Kernel spec: 2 objects so far" in text
+    assert "Kernel spec: 2 kernels so far" in text
 
 
 def test_object_counts_from_payloads():
@@ -66,6 +67,26 @@ def test_object_counts_from_payloads():
     assert payload_objects("artifact", {"path": "x.py", "kernels": [1, 2]}) == 2
     assert payload_objects("fusion", {"args": {}}) == 1
     assert payload_objects("fusion", None) == 1
+
+
+def test_each_count_names_what_it_counts():
+    assert payload_unit({"lines": []}) == ("line", "lines")
+    assert payload_unit({"node_count": 11, "nodes": []}) == ("node", "nodes")
+    assert payload_unit({"op_count": 3}) == ("op", "ops")
+    assert payload_unit({"kernel": "k", "ops": []}) == ("kernel", "kernels")
+    assert payload_unit({"shape": "spyre.op_spec", "kernel": "buf0:add", "ops": []}) == ("OpSpec", "OpSpecs")
+    assert payload_unit({"shape": "spyre.sdsc", "sdsc_bundles": []}) == ("SDSC bundle", "SDSC bundles")
+    assert payload_unit({"args": {}}) == payload_unit(None) == ("object", "objects")
+    # A stage whose records hold different kinds (torch-spyre's artifact: a kernel's name, its directory, its
+    # bundles) counts each kind apart, never one number for all.
+    out = io.StringIO()
+    p = Progress(out, tty=True, clock=lambda: 0.0)
+    p(_rec("artifact", {"shape": "spyre.define_kernel", "superdsc_kernel": {}}))
+    p(_rec("artifact", {"shape": "spyre.output_dir", "kernel_name": "k"}))
+    p(_rec("artifact", {"shape": "spyre.sdsc", "sdsc_bundles": [1, 2]}))
+    p.close()
+    assert "Artifact: 1 SuperDSC kernel so far" in out.getvalue()
+    assert "Artifact: 2 SDSC bundles so far" in out.getvalue()
 
 
 def test_a_broken_stderr_does_not_reach_the_traced_code():
@@ -92,6 +113,12 @@ def test_no_terminal_plain_lines_in_a_real_run(mlp_run):
     assert titles == [schema.STAGE_TITLES[s] for s in schema.STAGES if s != schema.EXPORT_GRAPH], titles
     counts = {TITLES[m["title"]]: int(m["n"]) for m in lines}
     assert counts["ir_pre"] == 3 and counts["post_grad"] > 0 and counts["source"] > 0
+    # Each count is named for what it counts, and an FX stage's is the report's objects and boundary together.
+    units = {TITLES[m["title"]]: m["unit"] for m in lines}
+    assert units["source"] == "lines" and units["post_grad"] == "nodes" and units["ir_pre"] == "ops", units
+    g = prov_trace.load(mlp_run.trace).model["graphs"][0]
+    for st in (schema.DYNAMO_GRAPH, schema.PRE_GRAD, schema.AOT_GRAPH, schema.POST_GRAD):
+        assert counts[st] == len(g["stages"][st]["objects"]) + len(g["stages"][st]["boundary"]), st
     assert "\r" not in mlp_run.proc.stderr and "\x1b" not in mlp_run.proc.stderr
     times = [float(m["t"]) for m in lines]
     assert times == sorted(times)
