@@ -726,7 +726,8 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
     prof, why = _profiles.choose(profile)
     if prof.name == "spyre" and not _profiles.spyre_installed():
         line = (f"profile spyre: torch-spyre is not installed here (no module named torch_spyre), "
-                f"so none of its {len(prof.hooks)} targets can be resolved")
+                f"so none of its {len(prof.hooks)} targets can be resolved; to check them against a torch-spyre "
+                "source tree, pass --torch-spyre DIR (the folder holding torch_spyre/)")
         if as_json:
             _out(json.dumps({"profile": prof.name, "reason": why, "available": False, "problem": line}))
         else:

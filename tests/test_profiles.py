@@ -654,7 +654,8 @@ def test_targets_for_spyre_without_torch_spyre_is_one_line(tmp_path):
     assert proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [
         "prov-trace: profile spyre: torch-spyre is not installed here (no module named torch_spyre), "
-        f"so none of its {len(profiles.SPYRE.hooks)} targets can be resolved"]
+        f"so none of its {len(profiles.SPYRE.hooks)} targets can be resolved; to check them against a torch-spyre "
+        "source tree, pass --torch-spyre DIR (the folder holding torch_spyre/)"]
 
 
 def test_targets_for_spyre_with_the_stand_in_package(fake_spyre, tmp_path):
