@@ -637,7 +637,8 @@ def _spyre_handles(g: dict[str, Any], max_rows: int) -> Section | None:
         ], {"data-node": f"{S.KERNEL_SPEC}:{o['name']}"}))
     return Section("Spyre debug_handle", 4, [
         Para(["Each OpSpec's ", Code("debug_handle"), " (torch-spyre's DebugHandle, as its ", Code("to_dict()"),
-              " writes it): the source it names (none when its origins disagree: the lines are then in ",
+              " writes it): the source it names (its ", Code("origin_node"), "'s line where Inductor set one, else "
+              "the line all its origins share; none when they name several: the lines are then in ",
               Code("fused_from"), "), the ATen op, the IR chain (origins, then the buffer), the handles it was fused "
               "from, the passes that rewrote it, and the SDSC op whose ", Code("debug_handle_"), " is the same "
               "handle."]),
