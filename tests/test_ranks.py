@@ -104,6 +104,12 @@ def test_streams_of_two_runs_are_one_sentence_naming_both(mlp_run, eight):
     assert diffed.returncode == 2 and "Traceback" not in diffed.stderr and len(diffed.stderr.strip().splitlines()) == 1
     assert f"A ({eight}) holds streams of 2 different runs" in diffed.stderr
     assert "2 different runs" in diffed.stderr and "--run" not in diffed.stderr and "move the other runs' streams" in diffed.stderr
+    # check checks one run a call (docs/check.md): the same sentence and exit 2, then --run picks one.
+    checked = cli("check", str(eight), "--require-ranks-agree")
+    assert checked.returncode == 2 and "2 different runs" in checked.stderr and "--run run-" in checked.stderr
+    assert "Traceback" not in checked.stderr and checked.stdout == ""
+    picked = cli("check", str(eight), "--run", "run-a", "--require-ranks-agree")
+    assert picked.returncode == 0 and "ok    ranks agree: ranks 0–7: identical" in picked.stdout, picked.stdout + picked.stderr
 
 
 def test_a_rank_that_raised_is_said_once_in_a_line(mlp_run, tmp_path):
