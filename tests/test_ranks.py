@@ -271,6 +271,33 @@ def test_one_stream_in_a_directory_is_its_own_report(mlp_run, tmp_path):
     assert a == b and a.startswith("# Source-to-kernel provenance audit\n")
 
 
+def test_a_copied_stream_is_read_once(mlp_run, eight, tmp_path):
+    """`cp rank-3.msgpack backup.msgpack` in the run's directory, or two copies of one process's stream: the same
+    host, pid and start time are one process, noted once and in no count (they read as 9 processes, and two
+    unranked copies compared as 'identical')."""
+    import prov_trace
+
+    shutil.copy(eight / "rank-3.msgpack", eight / "backup.msgpack")
+    run = prov_trace.load(eight)
+    assert run.agree, run.run["problems"]
+    assert [g["label"] for g in run.run["groups"]] == ["ranks 0–7"]
+    (note,) = [p for p in run.run["problems"] if "copy" in p]
+    assert note == (f"{eight / 'backup.msgpack'} is a copy of {eight / 'rank-3.msgpack'} (the same host, pid and start "
+                    "time: one process's stream): it is read once"), note
+    md = run.to_markdown()
+    assert md.startswith("# Source-to-kernel provenance audit: 8 processes\n"), md[:200]
+    assert "| a copy of rank-3.msgpack |" in md
+    # Two copies of one unranked process's stream: one process, with nothing to compare it with.
+    d = tmp_path / "two"
+    d.mkdir()
+    shutil.copy(mlp_run.trace, d / "pid-1.msgpack")
+    shutil.copy(mlp_run.trace, d / "pid-1-2.msgpack")
+    run = prov_trace.load(d)
+    assert len(run.run["groups"]) == 1 and run.run["groups"][0]["members"] == [0], run.run["groups"]
+    assert run.to_markdown().startswith("# Source-to-kernel provenance audit: 1 process\n")
+    assert "Only pid" in run.to_markdown() and "there is no other process to compare it with" in run.to_markdown()
+
+
 def test_the_merged_html_works_in_a_browser_as_the_references_own(mlp_run, tmp_path):
     """The reference's interactive report inside the merged page: the page's self-test (matrix cells,
     lineage, a clicked source line) gives what it gives on the reference's own report."""

@@ -342,10 +342,29 @@ def build_run(traces: list[Trace], models: list[dict[str, Any]], *, run: str | N
     procs = [all_procs[i] for i in keep]
     fx = [facts(models[i]) for i in keep]
     problems: list[str] = []
+    # Two streams of one process (the same host, pid and start time: a stream copied within the directory,
+    # or given twice): the whole one is read, the other is said and left out of every count and comparison.
+    copies: set[int] = set()
+    same: dict[tuple, list[int]] = {}
+    for i, p in enumerate(procs):
+        if p["host"] and p["pid"] is not None and p["start_time"] is not None:
+            same.setdefault((p["host"], p["pid"], p["start_time"]), []).append(i)
+    for idx in same.values():
+        if len(idx) > 1:
+            # The whole one; of equals, the one under the name prov-trace gave it (rank-N, pid-N), not the copy's.
+            idx.sort(key=lambda i: (procs[i]["status"] != "complete", -procs[i]["graphs"],
+                                    procs[i]["name"] != (f"rank-{procs[i]['rank']}" if procs[i]["rank"] is not None
+                                                         else f"pid-{procs[i]['pid']}"), procs[i]["path"]))
+            kept = procs[idx[0]]
+            for i in idx[1:]:
+                copies.add(i)
+                procs[i]["note"] = f"a copy of {os.path.basename(kept['path'])}"
+                problems.append(f"{shown(procs[i]['path'])} is a copy of {shown(kept['path'])} (the same host, pid and "
+                                "start time: one process's stream): it is read once")
     # An elastic restart writes a rank's stream again: the last attempt is that rank's.
     by_rank: dict[int, list[int]] = {}
     for i, p in enumerate(procs):
-        if p["rank"] is not None:
+        if p["rank"] is not None and i not in copies:
             by_rank.setdefault(p["rank"], []).append(i)
     superseded = set()
     for rank, idx in by_rank.items():
@@ -358,7 +377,9 @@ def build_run(traces: list[Trace], models: list[dict[str, Any]], *, run: str | N
                             f"{os.path.basename(procs[idx[-1]]['path'])}, the last, is the one compared")
     has_ranks = bool(by_rank)
     for i, p in enumerate(procs):
-        if i in superseded:
+        if i in copies:
+            p["role"] = "copy"
+        elif i in superseded:
             p["role"] = "superseded"
         elif p["rank"] is not None:
             p["role"] = "rank"
@@ -566,7 +587,7 @@ def run_document(run: dict[str, Any], reference: dict[str, Any] | None, texts: d
             f"{'rank' if run['ranked'] else 'process'} marked identical above compiled the same. ",
             Code("prov-trace report STREAM"), " gives any other stream's own report."])]))
         blocks += views.report_document(reference, texts=texts).blocks
-    n = len(procs)
+    n = sum(1 for p in procs if p["role"] != "copy")
     return Document(f"Source-to-kernel provenance audit: {n} process{'es' if n != 1 else ''}", blocks,
                     page_title=f"Provenance audit: {n} processes")
 
@@ -708,7 +729,7 @@ class RunReport(Rendered):
         text: list[str] = []
         seen: dict[Any, list[int]] = {}
         for i, p in enumerate(self.processes):
-            if p["graphs"] and p["role"] != "superseded":
+            if p["graphs"] and p["role"] not in ("superseded", "copy"):
                 seen.setdefault(_key(facts(self.reports[i].model)), []).append(i)
         if parsed:
             if not seen:
