@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from prov_trace import files, runner, torchver
+from prov_trace import files, runner, torchver, voice
 from prov_trace import follow as following
 from prov_trace.contract import Hook
 from prov_trace.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, ProvTraceError, UsageError
@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_REPORT", "DEFAULT_TRACE", "ProvTraceError", "Report", "RunRe
 
 def say(msg: str) -> None:
     """prov-trace's own messages: one line each on stderr."""
-    print(f"prov-trace: {msg}", file=sys.stderr, flush=True)
+    print(f"{voice.name()}: {msg}", file=sys.stderr, flush=True)
 
 
 def quiet(msg: str) -> None:
@@ -557,6 +557,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         raise UsageError(f"a model target takes no arguments, but got: {' '.join(args)}")
     hooks = user_hooks(probes, probes_file)
     rank = following.own_rank()
+    voice.sign(rank)
     if following.is_dir_output(output):  # -o DIR/: this process's stream in it, named as any process's
         try:
             os.makedirs(output, exist_ok=True)

@@ -31,7 +31,7 @@ import click
 #: When the command line's module (and click) finished importing: the first phase mark of a run.
 IMPORTED = time.time()
 
-from prov_trace import torchver
+from prov_trace import torchver, voice
 from prov_trace.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, ProvTraceError
 from prov_trace.version import VERSION
 
@@ -77,7 +77,7 @@ def _printable(msg: str) -> str:
 
 
 def _say(msg: str) -> None:
-    click.echo(f"prov-trace: {_printable(msg)}", err=True)
+    click.echo(f"{voice.name()}: {_printable(msg)}", err=True)
 
 
 class _OwnStream:
@@ -155,7 +155,7 @@ class CliError(click.ClickException):
         self.exit_code = exit_code
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"prov-trace: error: {_printable(self.format_message())}", err=True)
+        click.echo(f"{voice.name()}: error: {_printable(self.format_message())}", err=True)
 
 
 def _user_errors(fn: Callable) -> Callable:
@@ -199,7 +199,7 @@ class _Group(click.Group):
         except (BrokenPipeError, _StdoutClosed):
             _end_by_sigpipe()
         except _StdoutFailed as exc:
-            click.echo(f"prov-trace: error: could not write to standard output: {exc}", err=True)
+            click.echo(f"{voice.name()}: error: could not write to standard output: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except CliError as exc:
             exc.show()
@@ -209,13 +209,13 @@ class _Group(click.Group):
             sys.exit(EXIT_OK)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"prov-trace: error: {_printable(exc.format_message())}{hint}", err=True)
+            click.echo(f"{voice.name()}: error: {_printable(exc.format_message())}{hint}", err=True)
             sys.exit(EXIT_BAD_INPUT)
         except click.ClickException as exc:
-            click.echo(f"prov-trace: error: {_printable(exc.format_message())}", err=True)
+            click.echo(f"{voice.name()}: error: {_printable(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("prov-trace: interrupted", err=True)
+            click.echo(f"{voice.name()}: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         if isinstance(code, _EndedBySignal):
             _end_by_signal(code.signal, int(code))
@@ -377,7 +377,7 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     out, err = _OwnStream(sys.stdout), _OwnStream(sys.stderr)  # before the program can replace or close them
 
     def say(msg: str) -> None:
-        err.line(f"prov-trace: {_printable(msg)}")
+        err.line(f"{voice.name()}: {_printable(msg)}")
 
     result = api.run(target, args, module=module_name, output=output, report=None if no_report else report_path,
                      report_format=report_format, profile=profile, backend=backend, probes=probe_specs,
@@ -385,7 +385,10 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
                      dtype=dtype, device=device, train=not eval_mode, log=say, progress=not quiet,
                      torch_spyre=torch_spyre, follow=not no_follow, command=["prov-trace", *sys.argv[1:]])
     if result.report is not None:
-        out.line("\n".join(result.report.summary_lines()))
+        lines = result.report.summary_lines()
+        if lines and lines[0].startswith("prov-trace ") and voice.name() != "prov-trace":  # a rank's summary says whose
+            lines[0] = voice.name() + lines[0][len("prov-trace"):]
+        out.line("\n".join(lines))
     if result.exit_code != 0 and (module_name or (target is not None and ":" not in target)):
         program = [*(["-m", module_name] if module_name else []), *([target] if target is not None else [])]
         hint = _misplaced_options_hint(program, list(args))

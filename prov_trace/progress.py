@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Callable, TextIO
 
+from prov_trace import voice
 from prov_trace.stream import schema
 
 #: Payload keys that hold a stage's object count, or a list of its objects, in the order tried.
@@ -118,7 +119,7 @@ class Progress:
 
     def _text(self, label: str, stage: str, n: int, unit: tuple[str, str] = _OBJECT) -> str:
         elapsed = self.clock() - self.t0
-        return f"prov-trace: [{label}] {self.titles.get(stage, stage)}: {n} {unit[n != 1]} so far, {elapsed:.1f} s"
+        return f"{voice.name()}: [{label}] {self.titles.get(stage, stage)}: {n} {unit[n != 1]} so far, {elapsed:.1f} s"
 
     def _rewrite(self, text: str) -> None:
         width = shutil.get_terminal_size((100, 24)).columns

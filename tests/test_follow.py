@@ -124,7 +124,11 @@ def test_prov_trace_run_as_a_rank_writes_a_file_of_its_own(tmp_path):
     env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", follow.RANK_OF_ENV: ""}
     proc = cli("run", "-q", str(tmp_path / "s.py"), cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "this process is rank 1 of a multi-process job" in proc.stderr
+    assert "prov-trace[rank 1]: this process is rank 1 of a multi-process job" in proc.stderr
+    # Ranks that each run prov-trace share one terminal: every line of prov-trace's own says whose it is.
+    ours = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.startswith("prov-trace")]
+    assert ours and all(ln.startswith(("prov-trace[rank 1]: ", "prov-trace[rank 1] summary:")) for ln in ours), ours
+    assert "\nprov-trace[rank 1] summary:" in proc.stdout, proc.stdout
     assert (tmp_path / "prov-trace.rank-1.msgpack").exists() and (tmp_path / "provenance_audit.rank-1.md").exists()
     assert read_trace(tmp_path / "prov-trace.rank-1.msgpack").header["rank"] == 1
     # With -o DIR/ the stream is DIR/rank-1.msgpack, and the report is the rank's too: every rank wrote

@@ -21,7 +21,7 @@ PKG = REPO / "prov_trace"
 #: layers only; the groups of one layer (tracer, probes, report, standin) never import each other.
 LAYERS: list[tuple[str, int]] = [
     ("prov_trace.version", 0), ("prov_trace.errors", 0), ("prov_trace.contract", 0), ("prov_trace.stream.schema", 0),
-    ("prov_trace.signals", 0), ("prov_trace.torchver", 0),
+    ("prov_trace.signals", 0), ("prov_trace.torchver", 0), ("prov_trace.voice", 0),
     ("prov_trace.stream", 1), ("prov_trace.files", 1),
     ("prov_trace.tracer", 2), ("prov_trace.probes", 2), ("prov_trace.report", 2), ("prov_trace.standin", 2),
     ("prov_trace.runner", 3), ("prov_trace.progress", 3), ("prov_trace.follow", 3),

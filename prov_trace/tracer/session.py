@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from prov_trace.contract import ENTRY, RESUME, RETURN, YIELD, Hook, ProbeCall, Profile, TargetError, TargetSpec
-from prov_trace import torchver
+from prov_trace import torchver, voice
 from prov_trace.signals import outcome
 from prov_trace.stream import schema
 from prov_trace.stream.writer import TraceWriter
@@ -35,7 +35,7 @@ Log = Callable[[str], None]
 
 
 def _stderr(msg: str) -> None:
-    print(f"prov-trace: {msg}", file=sys.stderr, flush=True)
+    print(f"{voice.name()}: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass

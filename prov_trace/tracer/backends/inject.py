@@ -70,7 +70,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prov_trace import files
+from prov_trace import files, voice
 from prov_trace.contract import ENTRY, RETURN
 from prov_trace.tracer.backends.base import Backend, BackendUnavailable, Dispatch
 from prov_trace.tracer.backends.rewrites import RewriteCache
@@ -106,7 +106,7 @@ def dynamo_may_trace(code: types.CodeType, function: Any) -> bool | None:
 
 
 def _log(msg: str) -> None:
-    print(f"prov-trace: {msg}", file=sys.stderr, flush=True)
+    print(f"{voice.name()}: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
