@@ -429,6 +429,29 @@ def test_importing_prov_trace_installs_nothing(spyre_env):
     assert proc.stdout.strip() == "[] privateuseone", proc.stdout + proc.stderr
 
 
+def test_building_the_stand_in_adds_no_cuda_warning(spyre_env, tmp_path):
+    """A CUDA build of torch without a GPU warns "No CUDA runtime is found" when cpp_extension is first imported;
+    the stand-in's build imports it for its include paths, so that line was prov-trace's, before the program ran."""
+    import torch
+
+    if not torch.version.cuda:
+        pytest.skip("a CPU build of torch logs no CUDA warning: nothing to leave out")
+    bare = subprocess.run([sys.executable, "-c", "import torch.utils.cpp_extension"], env=spyre_env,
+                          capture_output=True, text=True, timeout=300)
+    if "No CUDA runtime is found" not in bare.stderr:
+        pytest.skip("this machine's torch finds a CUDA runtime: it logs no such warning")
+    code = ("import logging, sys; from pathlib import Path; from prov_trace.standin.spyre import native\n"
+            "cmd = native._command('c++', Path(sys.argv[1]))\n"
+            "logging.getLogger('torch.utils.cpp_extension').warning('No CUDA runtime is found, after the build')\n"
+            "print(any(a.startswith('-I') for a in cmd))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.so")], env=spyre_env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stdout + proc.stderr
+    # Left out while prov-trace imports cpp_extension, and only then: the program's own warnings still reach it.
+    warned = [ln for ln in proc.stderr.splitlines() if "No CUDA runtime" in ln]
+    assert len(warned) == 1 and warned[0].endswith("No CUDA runtime is found, after the build"), proc.stderr
+
+
 def test_stand_in_never_reached_this_process(spyre_mlp):
     assert "torch_spyre" not in sys.modules and "torch_spyre._C" not in sys.modules
     import torch

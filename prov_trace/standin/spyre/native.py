@@ -11,6 +11,7 @@ loads it.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shlex
 import shutil
@@ -47,9 +48,23 @@ def _compiler_version(cxx: str) -> str:
         return "unknown"
 
 
+class _NoCudaRuntimeNote(logging.Filter):
+    """Drops the "No CUDA runtime is found" warning a CUDA build of torch logs when cpp_extension is first
+    imported on a machine without a GPU: here prov-trace imports it to build the stand-in, not the program."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "No CUDA runtime is found" not in str(record.msg)
+
+
 def _command(cxx: str, out: Path) -> list[str]:
     import torch
-    from torch.utils import cpp_extension
+
+    logger, note = logging.getLogger("torch.utils.cpp_extension"), _NoCudaRuntimeNote()
+    logger.addFilter(note)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        logger.removeFilter(note)
 
     includes = cpp_extension.include_paths()
     libdirs = cpp_extension.library_paths()
