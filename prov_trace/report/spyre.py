@@ -51,11 +51,15 @@ def handle_lines(handle: dict[str, Any]) -> list[dict[str, Any]]:
         loc = handle_source(part.get("source")) if isinstance(part, dict) else None
         if loc is not None and loc["line"] is not None:  # shaped as the probe shapes the handle's own
             found.append({"file": loc["file"], "line": loc["line"], "func": None, "text": None})
-    out: list[dict[str, Any]] = []
-    for src in found:
-        if src and not any((o.get("file"), o.get("line")) == (src.get("file"), src.get("line")) for o in out):
-            out.append(src)
-    return out
+    return add_lines([], found)
+
+
+def add_lines(lines: list[dict[str, Any]], more: list[Any]) -> list[dict[str, Any]]:
+    """`lines` with each source of `more` it lacks appended (by file and line), in order; `lines` itself."""
+    for src in more:
+        if src and not any((o.get("file"), o.get("line")) == (src.get("file"), src.get("line")) for o in lines):
+            lines.append(src)
+    return lines
 
 
 def handle_fields(value: Any, depth: int = 0) -> dict[str, Any] | None:
@@ -96,9 +100,7 @@ def op_spec_objects(records: list[dict[str, Any]], stage_records: list[dict[str,
         dh = k.get("debug_handle") if isinstance(k.get("debug_handle"), dict) else {}
         obj["fields"]["debug_handle"] = {"has": bool(dh.get("has")), "populated": bool(dh.get("populated")),
                                          "type": dh.get("type")}
-        for src in handle_lines(dh):
-            if not any((s.get("file"), s.get("line")) == (src.get("file"), src.get("line")) for s in obj["sources"]):
-                obj["sources"].append(src)
+        add_lines(obj["sources"], handle_lines(dh))
         spec = k.get("op_spec") if isinstance(k.get("op_spec"), dict) else {}
         obj.update(debug_handle=dh.get("file_line"),
                    op_spec_fields=[f.get("name") for f in _list(spec.get("declared_fields")) if isinstance(f, dict)],

@@ -312,7 +312,7 @@ def _counts(model: dict[str, Any]) -> Section:
                             "AOT autograd splits one Dynamo graph into the forward and backward graphs."
                             + (" Under torch-spyre the kernel spec counts OpSpecs (one per op of a SuperDSC kernel) and "
                                "the artifact the ops of the kernels' sdsc_*.json files; the Spyre section counts the "
-                               "kernels." if model["header"].get("profile") == "spyre" else "")]))
+                               "kernels." if _is_spyre(model) else "")]))
     if model.get("frames_without_graph"):
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
@@ -330,7 +330,7 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     titles, order = model["stage_titles"], model["stage_order"]
     sec = Section(f"Graph {g['label']}", 2, attrs={"class": "graph", "data-graph": str(gi), "data-label": str(g["label"])})
     anchors = _anchors(g, gi)
-    sec.blocks.append(_headline(g, titles, "OpSpec" if model["header"].get("profile") == "spyre" else "kernel"))
+    sec.blocks.append(_headline(g, titles, "OpSpec" if _is_spyre(model) else "kernel"))
     if g.get("backend") == "torch.export":
         sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
     elif g.get("backend"):
@@ -391,6 +391,11 @@ def _linked(st: str, names: Any, anchors: dict[str, str], limit: int = 50) -> Jo
         a = anchors.get(f"{st}:{n}")
         items.append(Link(Code(n), a) if a else Code(n))
     return join(items)
+
+
+def _is_spyre(model: dict[str, Any]) -> bool:
+    """Whether torch-spyre compiled this trace (its kernel spec's objects are OpSpecs, its artifact SDSC ops)."""
+    return model["header"].get("profile") == "spyre"
 
 
 def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel") -> Para:
