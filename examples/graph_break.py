@@ -2,8 +2,8 @@
 
 `print(...)` cannot be traced into an FX graph, so Dynamo splits `forward` at
 that line: the first graph holds fc1 and relu, the second fc2 and the scaling.
-`prov-trace run examples/graph_break.py:GraphBreakMLP` reports each graph
-(compile ids 0/0 and 1/0) with its own matrix, survival rows and lineage.
+`prov-trace run examples/graph_break.py:GraphBreakMLP` reports each graph (0/0, 1/0)
+with its own matrix, survival rows and lineage; the print reads "graph break".
 """
 
 import torch
