@@ -92,6 +92,13 @@ def test_graph_break_and_recompile_each_graph_by_compile_id(recompile):
     second = {r["text"] for r in model["graphs"][1]["survival"]}
     assert "x = torch.relu(x)" in first and "x = x * 2.0" in second
     assert "batch 8: output (8, 64)" in recompile.proc.stdout
+    # The break line: the frame before it names both resumed graphs; a resumed graph and its recompile, itself.
+    breaks = {g["label"]: [n.split(", so no stage carries it, ")[1] for n in g["notes"] if "is a graph break" in n]
+              for g in model["graphs"]}
+    assert breaks == {"0/0 inference": ["and graphs 1/0 inference, 1/1 inference resume after it."],
+                      "0/1 inference": ["and graphs 1/0 inference, 1/1 inference resume after it."],
+                      "1/0 inference": ["and this graph resumes after it."],
+                      "1/1 inference": ["and this graph resumes after it."]}, breaks
 
 
 def test_training_script_unmodified(train_script):

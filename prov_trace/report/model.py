@@ -561,12 +561,13 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
                 continue
             row["note"] = GRAPH_BREAK
             row["lost_at"], row["lost_by"] = None, []
-            noted.append((key, [lbl for lbl in resumed[key] if lbl != own]))
+            noted.append((key, [] if own in resumed[key] else resumed[key]))
         for (path, line), after in noted:
             where = f"{os.path.basename(path)}:{line}"
             g["notes"].append(f"{where} is a graph break: Dynamo runs that line in Python, so no stage carries it, "
-                              + (f"and graph {', '.join(after)} resumes after it." if after else
-                                 "and this graph resumes after it."))
+                              + ("and this graph resumes after it." if not after else
+                                 f"and graph {after[0]} resumes after it." if len(after) == 1 else
+                                 f"and graphs {', '.join(after)} resume after it."))
 
 
 def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
