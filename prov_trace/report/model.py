@@ -542,7 +542,8 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
     Python between two graphs, so it holds no op of either. Say so, and which graph resumes after it; it is not
     a line whose provenance a stage lost."""
     resumed: dict[tuple, list[str]] = {}
-    for g in _first_of_compile(graphs).values():
+    first = _first_of_compile(graphs)
+    for g in first.values():
         for o in (g["stages"].get(S.SOURCE) or {}).get("objects", []):
             src = (o.get("sources") or [{}])[0]
             m = _RESUME.search(str(src.get("func") or ""))
@@ -553,7 +554,7 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
     if not resumed:
         return
     for g in graphs:
-        own = _first_of_compile(graphs)[g["compile_id"]]["label"]
+        own = first[g["compile_id"]]["label"]
         noted = []
         for row in g["survival"]:
             key = (row["file"], row["line"])
