@@ -272,7 +272,9 @@ def test_user_probe_column_with_real_counts(fusion_run):
     rows = {(r["layer"], r["field"]): r["cells"] for r in g["matrix"]}
     assert rows[("Probe", "nodes")]["fusion"] == {**rows[("Probe", "nodes")]["fusion"], "state": "all",
                                                   "n": 2 * calls, "total": 2 * calls}
-    assert rows[("Probe", "return")]["fusion"]["n"] == calls
+    # `return` is measured on the return snapshots: every call returned a value, none lost it at entry.
+    assert rows[("Probe", "return")]["fusion"] == {**rows[("Probe", "return")]["fusion"], "state": "all",
+                                                   "n": calls, "total": calls}
     # The scheduler nodes carry their IR ops' source lines, so the column counts them per line...
     surv = {r["text"]: r for r in g["survival"]}
     assert surv["x = self.fc1(x)"]["counts"]["fusion"] >= 1
@@ -313,3 +315,48 @@ def test_one_probe_spec_as_a_string_is_one_probe_not_its_characters():
     assert [(h.stage, h.target, h.event) for h in hooks] == [("relu", "torch.nn.functional:relu", "entry"),
                                                             ("relu", "torch.nn.functional:relu", "return")]
     assert [h.stage for h in user_hooks(["torch.nn.functional:relu=a", "torch.nn.functional:gelu=b"])] == ["a", "b"]
+
+
+OWN_FUNCTIONS = """\
+import torch
+
+
+def helper(x):
+    return x * 2
+
+
+class Box:
+    def meth(self):
+        return 3
+
+
+f = torch.compile(lambda x: torch.relu(x) + 1)
+print(f(torch.ones(4)).sum().item())
+print(helper(2), Box().meth())
+"""
+
+
+def test_a_probe_on_the_programs_own_function_called_outside_a_compile(tmp_path):
+    """Its snapshots while no compile ran are no graph: they read as a `torch.export` graph whose every
+    Inductor stage was empty, and `kernel_spec:origins=all`, which holds for the compile, failed on it."""
+    import prov_trace
+
+    (tmp_path / "s.py").write_text(OWN_FUNCTIONS)
+    proc = cli("run", "-q", "-o", "t.msgpack", "--report", "r.md", "--probe", "__main__:helper@both=myhelper",
+               "--probe", "__main__:Box.meth", "s.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "4.0 3" not in proc.stdout and "8.0\n4 3\n" in proc.stdout  # the program's own output, unchanged
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    assert report.graphs == ["0/0 inference"]
+    assert report.model["outside_compile"] == [
+        {"stage": "myhelper", "target": "__main__:helper", "snapshots": 2},
+        {"stage": "Box.meth", "target": "__main__:Box.meth", "snapshots": 1}]
+    assert report.check("kernel_spec:origins=all").ok
+    assert cli("check", "t.msgpack", "--require", "kernel_spec:origins=all", cwd=tmp_path).returncode == 0
+    summary = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln.startswith("  ")}
+    assert summary["myhelper"].split()[1] == "outside" and summary["myhelper"].endswith("(+2 taken while no compile ran)")
+    text = (tmp_path / "r.md").read_text()
+    assert "## Graph export" not in text and "torch.export" not in text.split("## Hooks", 1)[0]
+    assert ("Probe snapshots taken while no compile ran (the program called the function itself), so they belong "
+            "to no graph and no rule is checked on them: `__main__:helper` (myhelper) 2 snapshots, "
+            "`__main__:Box.meth` (Box.meth) 1 snapshot.") in text

@@ -167,6 +167,12 @@ class FrameWithoutGraph(TypedDict):
     qualname: str | None
 
 
+class OutsideCompile(TypedDict):
+    stage: str
+    target: str | None
+    snapshots: int
+
+
 class Cut(TypedDict):
     compile_id: str | None
     graph: str | None
@@ -189,6 +195,8 @@ class SummaryRow(TypedDict):
     unresolved: list[str]
     #: Why the stage is on no graph's path (every graph's `off_path` reason, once), when none observed it.
     off_path: str | None
+    #: A user probe's stage: snapshots taken while no compile ran (in no graph, not in `objects`).
+    outside_compile: int
 
 
 class ReportModel(TypedDict):
@@ -203,6 +211,9 @@ class ReportModel(TypedDict):
     errors: list[ProbeError]
     graphs: list[Graph]
     frames_without_graph: list[FrameWithoutGraph]
+    #: User probe snapshots taken while no compile ran (a probe on the user's own function, called by the
+    #: program): not a graph's objects.
+    outside_compile: list[OutsideCompile]
     cuts: list[Cut]
     summary: list[SummaryRow]
     #: A run through torch-spyre (--torch-spyre): the stand-in's record and its cross-check; else None.
@@ -346,6 +357,10 @@ def _matrix(stages: dict[str, dict[str, Any]], stage_order: list[str], profile: 
                 cells[st] = {"state": "na", "n": 0, "total": 0}
             else:
                 objs = data["objects"]
+                if st not in S.STAGES:
+                    # A user probe's key is measured on the snapshots that hold it: `return` is taken at
+                    # return only, so a @both probe's entry snapshots are not calls that lost it.
+                    objs = [o for o in objs if fname in o["fields"]]
                 n = sum(1 for o in objs if o["fields"].get(fname, {}).get("populated"))
                 if n == 0 and st in not_yet:
                     # Not created yet at this stage: not a drop. Measured as usual wherever an object has it.
@@ -773,7 +788,16 @@ def build(trace: Trace) -> ReportModel:
             stage_order.append(st)
     graphs = []
     frames_without_graph = []
+    outside: dict[tuple, int] = {}
     for (cid, kind), by_stage in _group(trace).items():
+        if not any(st in S.STAGES for st in by_stage):
+            # Only user probes fired here: their function ran while no compile did (no Dynamo compile id
+            # was current). Not a graph: said apart, so a rule on the graphs is not checked against it.
+            for st, recs in by_stage.items():
+                for r in recs:
+                    key = (st, r.get("target") if isinstance(r.get("target"), str) else None)
+                    outside[key] = outside.get(key, 0) + 1
+            continue
         if kind is None and set(by_stage) <= {S.SOURCE}:
             # Dynamo compiled the frame but produced no graph (nothing to capture, or it fell back
             # to eager): a fact about the run, not a graph with every stage missing.
@@ -838,8 +862,9 @@ def build(trace: Trace) -> ReportModel:
         "errors": errors,
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
+        "outside_compile": [{"stage": st, "target": tgt, "snapshots": n} for (st, tgt), n in outside.items()],
         "cuts": _cuts(trace),
-        "summary": _summary(graphs, hooks, stage_order),
+        "summary": _summary(graphs, hooks, stage_order, outside),
         "spyre": _spyre.run_facts(trace),
     }
 
@@ -855,7 +880,8 @@ def _warnings(trace: Trace) -> list[str]:
     return out
 
 
-def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any]]:
+def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_order: list[str],
+             outside: dict[tuple, int] | None = None) -> list[dict[str, Any]]:
     rows = []
     for st in stage_order:
         hs = [h for h in hooks if h.get("stage") == st]
@@ -881,6 +907,7 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             "boundary": len(seen_boundary),
             "unresolved": [f"{h.get('target')}: {h.get('reason')}" for h in hs if not h.get("resolved")],
             "off_path": _summary_off_path(graphs, st) if not observed else None,
+            "outside_compile": sum(n for (stage, _), n in (outside or {}).items() if stage == st),
         })
     return rows
 

@@ -317,6 +317,12 @@ def _counts(model: dict[str, Any]) -> Section:
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
             for f in model["frames_without_graph"]), "."]))
+    if model.get("outside_compile"):
+        sec.blocks.append(Para(["Probe snapshots taken while no compile ran (the program called the function "
+                                "itself), so they belong to no graph and no rule is checked on them: ", join(
+            join([Code(o.get("target")), f"({titles.get(o['stage'], o['stage'])})",
+                  f"{o['snapshots']} snapshot{'s' if o['snapshots'] != 1 else ''}"], " ")
+            for o in model["outside_compile"]), "."]))
     if model.get("cuts"):
         sec.blocks.append(Para(["Snapshots cut by a bound (docs/trace-format.md, Bounds): the counts and tables cover "
                                 "the objects that were recorded. ", join((
@@ -891,6 +897,8 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             continue
         if not row["observed"] and row.get("off_path"):
             state = "off path"
+        elif not row["observed"] and row.get("outside_compile"):
+            state = "outside"  # a user probe whose function ran only while no compile did
         elif row["resolved"] < row["hooks"] and not row["observed"]:
             state = "NOT RESOLVED"
         elif not row["observed"]:  # called (a compile that failed inside it) but no result recorded, or never called
@@ -901,6 +909,8 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
                 f"resolved, {row['fired']} events, {row['objects']} objects")
         if row.get("boundary"):
             line += f" (+{row['boundary']} placeholders and outputs)"
+        if row.get("outside_compile"):
+            line += f" (+{row['outside_compile']} taken while no compile ran)"
         if row["errors"]:
             line += f", {row['errors']} probe errors"
         out.append(line)
