@@ -343,7 +343,7 @@ class Tracer:
 
     def report(self) -> "Report":
         """The report of what was traced (read back from the stream; built once after stop())."""
-        if self.path is None:
+        if self.path is None or self.writer is None:  # never an earlier run's file at the same path
             raise UsageError("this tracer was never started: there is nothing to report")
         if self.active:
             return _report_class().load(self.path)
@@ -518,7 +518,7 @@ def report_path_for(path: str, fmt: str) -> str:
 def run(target: str | None, args: Iterable[str] = (), *, module: str | None = None, output: str = DEFAULT_TRACE,
         report: str | None = DEFAULT_REPORT, report_format: str = "auto", profile: str = "auto",
         backend: str = "auto", probes: Iterable[str] = (), probes_file: str | None = None,
-        keep_caches: bool = False, tool_id: int | None = None, input_shape: str | None = None,
+        keep_caches: bool = False, tool_id: int | None = None, input_shape: str | tuple[int, ...] | None = None,
         dtype: str | None = None, device: str | None = None, train: bool = False, log: Log = say,
         progress: bool = True, torch_spyre: str | os.PathLike[str] | None = None, follow: bool = True,
         command: Iterable[str] | None = None) -> RunResult:
@@ -543,7 +543,21 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     directory (it ends with a separator, or is one), every stream in it, this process's too.
     """
     phase("run called")
-    args = list(args)
+    if isinstance(args, (str, bytes)):
+        raise UsageError(f"args is one string ({args!r}): give the program's arguments as a list, "
+                         f"e.g. args=shlex.split({args!r})")
+    args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in args]
+    bad = next((a for a in args if not isinstance(a, str)), None)
+    if bad is not None:
+        raise UsageError(f"args holds {bad!r} ({type(bad).__name__}): every argument is a string, as on a command line")
+    from prov_trace.report.formats import FORMATS
+
+    if report_format not in FORMATS:
+        raise UsageError(f"there is no report format {report_format!r}: choose {', '.join(FORMATS)}")
+    if isinstance(input_shape, (tuple, list)):  # (2, 128), as the API's caller naturally writes it
+        input_shape = ",".join(map(str, input_shape))
+    elif input_shape is not None and not isinstance(input_shape, str):
+        raise UsageError(f"input_shape is {input_shape!r} ({type(input_shape).__name__}): give sizes as (2, 128) or '2,128'")
     following.stand_down()
     run_id = following.new_run_id()
     children_dir = following.children_dir(output)

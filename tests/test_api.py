@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import prov_trace
+from conftest import EXAMPLES
 from prov_trace import api
 from prov_trace.report.check import RuleError
 from prov_trace.runner import defeat_caches
@@ -150,6 +151,9 @@ def test_nesting_and_starting_twice_are_clear_errors(tmp_path):
         prov_trace.stop()
     with pytest.raises(prov_trace.UsageError, match="^this tracer was never started"):
         prov_trace.trace().stop()
+    # A tracer never started has nothing to report, even where an earlier run left a trace at its path.
+    with pytest.raises(prov_trace.UsageError, match="^this tracer was never started: there is nothing to report$"):
+        prov_trace.trace(outer.path).report()
 
 
 def test_start_and_stop(tmp_path):
@@ -235,6 +239,28 @@ def test_unknown_backend_and_profile(tmp_path):
     with pytest.raises(prov_trace.UsageError, match="^there is no profile named 'tpu'"):
         prov_trace.trace(tmp_path / "x.msgpack", profile="tpu").start()
     assert api._active is None
+
+
+def test_run_refuses_what_it_cannot_use_before_anything_runs(tmp_path):
+    """The mistakes an API caller makes that the command line cannot: each one sentence, nothing written, no
+    compile ('pdf' compiled the model, wrote the trace, then raised ValueError; a string of args reached the
+    script split into characters; a tuple shape was an AttributeError)."""
+    (tmp_path / "s.py").write_text("raise SystemExit('the script must not run')\n")
+    model = str(EXAMPLES / "reference_mlp.py") + ":SimpleMLP"
+    cases = [
+        (dict(target=str(tmp_path / "s.py"), report_format="pdf"), "^there is no report format 'pdf': choose auto, md, html, json$"),
+        (dict(target=str(tmp_path / "s.py"), args="--steps 3"),
+         r"^args is one string \('--steps 3'\): give the program's arguments as a list, e.g. args=shlex.split\('--steps 3'\)$"),
+        (dict(target=str(tmp_path / "s.py"), args=["--steps", 3]), r"^args holds 3 \(int\): every argument is a string"),
+        (dict(target=model, input_shape=2.5), r"^input_shape is 2.5 \(float\): give sizes as \(2, 128\) or '2,128'$"),
+        # A tuple is read as its sizes: here refused for its zero, before the model's module is imported.
+        (dict(target=model, input_shape=(0, 128)), "^--input-shape '0,128' is not a shape: every size must be a positive"),
+    ]
+    for kw, message in cases:
+        with pytest.raises(prov_trace.UsageError, match=message):
+            prov_trace.run(**kw, output=str(tmp_path / "t.msgpack"), report=str(tmp_path / "r.md"),
+                           log=lambda m: None, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.py"]
 
 
 RUN_SCRIPT = """\
