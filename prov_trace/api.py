@@ -506,6 +506,10 @@ class RunResult:
     #: (a Ctrl-C), SIGTERM when stopped by one; None otherwise. `exit_code` is then 128 + it, what a shell
     #: shows; the command line ends its process by the signal itself, once the trace and report are written.
     signal: int | None = None
+    #: The working directory the program left. `run` puts the caller's back when the program ends (it puts
+    #: back sys.argv and __main__ too); the command line returns to this one, where the program's exit
+    #: handlers run as they would untraced.
+    cwd: str | None = None
 
 
 def report_path_for(path: str, fmt: str) -> str:
@@ -662,6 +666,12 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                               os.path.abspath(probes_file) if probes_file else None, keep_caches, tool_id) if follow else None
     children = following.Following(config, run_id)
     pid = os.getpid()
+    caller_cwd = _cwd()
+    if kind != runner.MODEL and "torch._dynamo" in sys.modules:
+        # A script run in a process that has compiled before (run() called again, a notebook): python would
+        # start it with no compiled code, and Dynamo's caches would otherwise answer its compiles unseen.
+        # (A model audit resets Dynamo itself; `prov-trace run` imports torch only in the program.)
+        sys.modules["torch._dynamo"].reset()
 
     exit_code = EXIT_OK
     ended_by: int | None = None
@@ -736,6 +746,12 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
             children.__exit__(None, None, None)
         if os.getpid() != pid:  # a forked child of the program came back here: it ends as python would end it
             raise SystemExit(exit_code)
+        program_cwd = _cwd()
+        if caller_cwd is not None and program_cwd != caller_cwd:
+            try:
+                os.chdir(caller_cwd)
+            except OSError:
+                pass
 
         ended = tracer.ended or {}
         if ended.get("outcome") == "signal":
@@ -770,7 +786,14 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
     phase("report written")
     write_phases(trace_abs)
     return RunResult(exit_code, trace_abs, report_abs, built, tracer.records, tracer.bytes, tracer.ended,
-                     children=streams, signal=ended_by)
+                     children=streams, signal=ended_by, cwd=program_cwd)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the directory was removed
+        return None
 
 
 def _checked_outputs(kind: str, target: str | None, module: str | None, output: str, report: str | None,

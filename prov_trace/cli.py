@@ -384,6 +384,11 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
                      probes_file=probes_file, keep_caches=keep_caches, tool_id=tool_id, input_shape=input_shape,
                      dtype=dtype, device=device, train=not eval_mode, log=say, progress=not quiet,
                      torch_spyre=torch_spyre, follow=not no_follow, command=["prov-trace", *sys.argv[1:]])
+    if result.cwd is not None:  # back where the program left it, for its exit handlers
+        try:
+            os.chdir(result.cwd)
+        except OSError:
+            pass
     if result.report is not None:
         lines = result.report.summary_lines()
         if lines and lines[0].startswith("prov-trace ") and voice.name() != "prov-trace":  # a rank's summary says whose

@@ -9,6 +9,7 @@ kernel-spec origins, IR traceback) plus invariants read from the same run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 import prov_trace
-from conftest import EXAMPLES
+from conftest import EXAMPLES, cli
 from prov_trace import api
 from prov_trace.report.check import RuleError
 from prov_trace.runner import defeat_caches
@@ -306,6 +307,39 @@ def test_run_in_process_leaves_the_collector_as_the_program_left_it(tmp_path, co
     written = (tmp_path / "r.md").read_text()
     assert written == prov_trace.load(tmp_path / "t.msgpack").render("md")
     assert f"report written to {tmp_path / 'r.md'}" in lines
+
+
+@pytest.mark.compile
+def test_run_twice_in_one_process_compiles_twice_and_gives_the_callers_directory_back(tmp_path, monkeypatch):
+    """A script run as python would: with no compiled code (its module's function, compiled by the first run,
+    was answered from Dynamo's cache the second time: "Nothing was compiled"), and the caller's working
+    directory back afterwards (as sys.argv and __main__ are), the program's in `cwd`."""
+    (tmp_path / "mymod.py").write_text("import torch\n\ndef fn(x):\n    return torch.relu(x) * 3\n")
+    (tmp_path / "sub").mkdir()
+    script = tmp_path / "s.py"
+    script.write_text("import os, torch, mymod\nprint(torch.compile(mymod.fn)(torch.ones(4)).sum().item())\n"
+                      "os.chdir('sub')\n")
+    monkeypatch.chdir(tmp_path)
+    here = os.getcwd()
+    try:
+        for i in range(2):
+            result = prov_trace.run(str(script), output=str(tmp_path / f"t{i}.msgpack"), report=None,
+                                    progress=False, follow=False, log=lambda m: None)
+            assert result.exit_code == 0
+            assert prov_trace.load(result.trace).graphs == ["0/0 inference"], i
+            assert os.getcwd() == here and result.cwd == str(tmp_path / "sub")
+    finally:
+        os.chdir(here)
+        sys.modules.pop("mymod", None)
+
+
+def test_the_command_line_leaves_the_program_where_it_chdir_ed_for_its_exit_handlers(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "s.py").write_text("import atexit, os\natexit.register(lambda: print('atexit in', os.getcwd()))\n"
+                                   "os.chdir('sub')\n")
+    proc = cli("run", "-q", "--no-report", "-o", "t.msgpack", "s.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"atexit in {tmp_path / 'sub'}" in proc.stdout
 
 
 def test_collector_paused_restores_what_it_found_and_leaves_frozen_objects_frozen():
