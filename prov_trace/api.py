@@ -196,6 +196,7 @@ class Tracer:
         self.backend_name = backend
         self.hooks = user_hooks(probes, probes_file)
         self.keep_caches = keep_caches
+        self._restore_caches: Callable[[], None] | None = None
         self.tool_id = tool_id
         #: `prov-trace run` of a script: ``__main__:fn`` targets wait for the script's own __main__.
         self.defer_main = False
@@ -247,36 +248,42 @@ class Tracer:
                                  "stop it before starting another")
             if self.session is not None:
                 raise UsageError("this tracer has already run: make a new one to trace again")
-            if not self.keep_caches:
-                runner.defeat_caches()
             try:
                 self.profile, why = profiles.choose(self.profile_name, device=self.device)
             except KeyError as exc:
                 raise UsageError(exc.args[0]) from None
-            self.log(f"profile {self.profile.name}: {why}")
-            phase("profile chosen")
-            if self.path is None:
-                fd, self.path = tempfile.mkstemp(prefix="prov-trace-", suffix=".msgpack")
-                os.close(fd)
+            if not self.keep_caches:
+                self._restore_caches = runner.defeat_caches()
             try:
-                self.writer = TraceWriter(self.path, defer=self.defer)
-            except StreamError as exc:
-                raise UsageError(str(exc)) from None
-            if self.progress is True:
-                self._progress = Progress()
-            elif callable(self.progress):
-                self._progress = self.progress
-            self.session = TraceSession(self.writer, self.profile, backend=self.backend_name, argv=self.argv,
-                                        log=self.log, extra_hooks=self.hooks,
-                                        header_extra={**following.identity(), **self.header},
-                                        tool_id=self.tool_id, observer=self._progress, defer_main=self.defer_main)
-            self.session.on_fork = self._on_fork
-            try:
-                self.session.start()
-            except BackendUnavailable as exc:
-                self.writer.close()
-                self.session = None
-                raise UsageError(str(exc)) from None
+                self.log(f"profile {self.profile.name}: {why}")
+                phase("profile chosen")
+                if self.path is None:
+                    fd, self.path = tempfile.mkstemp(prefix="prov-trace-", suffix=".msgpack")
+                    os.close(fd)
+                try:
+                    self.writer = TraceWriter(self.path, defer=self.defer)
+                except StreamError as exc:
+                    raise UsageError(str(exc)) from None
+                if self.progress is True:
+                    self._progress = Progress()
+                elif callable(self.progress):
+                    self._progress = self.progress
+                self.session = TraceSession(self.writer, self.profile, backend=self.backend_name, argv=self.argv,
+                                            log=self.log, extra_hooks=self.hooks,
+                                            header_extra={**following.identity(), **self.header},
+                                            tool_id=self.tool_id, observer=self._progress, defer_main=self.defer_main)
+                self.session.on_fork = self._on_fork
+                try:
+                    self.session.start()
+                except BackendUnavailable as exc:
+                    self.writer.close()
+                    self.session = None
+                    raise UsageError(str(exc)) from None
+            except BaseException:  # nothing traced: the caches as they were
+                if self._restore_caches is not None:
+                    self._restore_caches()
+                    self._restore_caches = None
+                raise
             _active = self
         return self
 
@@ -291,6 +298,9 @@ class Tracer:
                     write_spyre_note(self.writer, self.standin)
                 self.session.stop(outcome, detail)
         finally:
+            if self._restore_caches is not None:  # the process's caches as the trace found them
+                self._restore_caches()
+                self._restore_caches = None
             if isinstance(self._progress, Progress):
                 self._progress.close()
             with _active_lock:
@@ -607,59 +617,62 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
             raise UsageError(f"the report and the trace are the same file ({output}): give them different paths")
     trace_abs, report_abs = _checked_outputs(kind, target, module, output, report, probes_file)
     check_torch(log)
-    if not keep_caches:
-        runner.defeat_caches()
+    restore_caches = runner.defeat_caches() if not keep_caches else None
+    try:
+        spyre = None
+        if torch_spyre is not None:
+            spyre_profile_check(profile)
+            if kind == runner.MODEL and device is not None and device.split(":", 1)[0] != "spyre":
+                # Elsewhere stock Inductor would compile it, under a report that says torch-spyre did.
+                raise UsageError(f"--torch-spyre compiles a model on the spyre device, not on {device}: drop --device "
+                                 f"{device}, or drop --torch-spyre to compile it with stock Inductor")
+            # A model is run once, so every graph compiles before the one error (a graph break needs that);
+            # a script stops at its first launch, as it would on a machine without the device.
+            spyre = activate_spyre(torch_spyre, launch="defer" if kind == runner.MODEL else "raise", log=log)
+            if kind == runner.MODEL:
+                device = device or "spyre"
+                if dtype is None:
+                    dtype = SPYRE_DTYPE
+                    log(f"weights and inputs in {SPYRE_DTYPE}: torch-spyre refuses float32 matmuls (--dtype chooses)")
+                elif dtype == "float32":
+                    log("warning: torch-spyre refuses float32 matmuls, so a model with one fails to compile in "
+                        f"float32 (--dtype {SPYRE_DTYPE} is its default)")
+        dtype, device = dtype or "float32", device or "cpu"
 
-    spyre = None
-    if torch_spyre is not None:
-        spyre_profile_check(profile)
-        if kind == runner.MODEL and device is not None and device.split(":", 1)[0] != "spyre":
-            # Elsewhere stock Inductor would compile it, under a report that says torch-spyre did.
-            raise UsageError(f"--torch-spyre compiles a model on the spyre device, not on {device}: drop --device "
-                             f"{device}, or drop --torch-spyre to compile it with stock Inductor")
-        # A model is run once, so every graph compiles before the one error (a graph break needs that);
-        # a script stops at its first launch, as it would on a machine without the device.
-        spyre = activate_spyre(torch_spyre, launch="defer" if kind == runner.MODEL else "raise", log=log)
+        model = inputs = None
+        model_device = None
         if kind == runner.MODEL:
-            device = device or "spyre"
-            if dtype is None:
-                dtype = SPYRE_DTYPE
-                log(f"weights and inputs in {SPYRE_DTYPE}: torch-spyre refuses float32 matmuls (--dtype chooses)")
-            elif dtype == "float32":
-                log("warning: torch-spyre refuses float32 matmuls, so a model with one fails to compile in "
-                    f"float32 (--dtype {SPYRE_DTYPE} is its default)")
-    dtype, device = dtype or "float32", device or "cpu"
+            mt = runner.ModelTarget.parse(target)
+            mod = runner.load_module(mt.module)
+            if spyre is not None:
+                model = runner.build_model(mod, mt.attr)
+                inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, "cpu")
+                model, inputs = spyre_inputs(model, inputs, dtype, device)
+            else:
+                runner.check_device(device)
+                model = runner.to_device(runner.build_model(mod, mt.attr), device)
+                inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, device)
+            runner.check_arity(model, inputs, origin, mt.module)
+            log(f"inputs from {origin}: " + ", ".join(runner.describe(i) for i in inputs))
+            model_device = runner.model_device(model, device)
+        elif kind == runner.SCRIPT and not os.path.isfile(target):
+            raise UsageError(f"there is no file {target}: give the path to a Python script")
+        elif kind == runner.MODULE and not runner.module_exists(module):
+            raise UsageError(f"no module named {module}: check the name, or run from the directory that holds it")
 
-    model = inputs = None
-    model_device = None
-    if kind == runner.MODEL:
-        mt = runner.ModelTarget.parse(target)
-        mod = runner.load_module(mt.module)
-        if spyre is not None:
-            model = runner.build_model(mod, mt.attr)
-            inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, "cpu")
-            model, inputs = spyre_inputs(model, inputs, dtype, device)
-        else:
-            runner.check_device(device)
-            model = runner.to_device(runner.build_model(mod, mt.attr), device)
-            inputs, origin = runner.example_inputs(model, mod, input_shape, dtype, device)
-        runner.check_arity(model, inputs, origin, mt.module)
-        log(f"inputs from {origin}: " + ", ".join(runner.describe(i) for i in inputs))
-        model_device = runner.model_device(model, device)
-    elif kind == runner.SCRIPT and not os.path.isfile(target):
-        raise UsageError(f"there is no file {target}: give the path to a Python script")
-    elif kind == runner.MODULE and not runner.module_exists(module):
-        raise UsageError(f"no module named {module}: check the name, or run from the directory that holds it")
-
-    argv = list(command) if command is not None else \
-        ["prov-trace", "run", *([f"-m {module}"] if module else []), *([target] if target and not module else []), *args]
-    tracer = Tracer(trace_abs, profile=profile, backend=backend, probes=hooks, keep_caches=True, tool_id=tool_id,
-                    device=model_device, argv=argv, log=log, progress=progress, torch_spyre=torch_spyre,
-                    header={"target": target if not module else f"-m {module}", "target_kind": kind, "train": train,
-                            "run_id": run_id, "follow": "parent" if follow else None})
-    tracer.defer_main = kind != runner.MODEL
-    phase("run set up")
-    tracer.start()
+        argv = list(command) if command is not None else \
+            ["prov-trace", "run", *([f"-m {module}"] if module else []), *([target] if target and not module else []), *args]
+        tracer = Tracer(trace_abs, profile=profile, backend=backend, probes=hooks, keep_caches=True, tool_id=tool_id,
+                        device=model_device, argv=argv, log=log, progress=progress, torch_spyre=torch_spyre,
+                        header={"target": target if not module else f"-m {module}", "target_kind": kind, "train": train,
+                                "run_id": run_id, "follow": "parent" if follow else None})
+        tracer.defer_main = kind != runner.MODEL
+        phase("run set up")
+        tracer.start()
+    except BaseException:  # refused before the program ran: the caller's caches as they were
+        if restore_caches is not None:
+            restore_caches()
+        raise
     phase("tracer started")
     config = following.Config(children_dir, run_id, tracer.profile.name, backend,
                               [p for p in probes if isinstance(p, str)],
@@ -752,6 +765,8 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 os.chdir(caller_cwd)
             except OSError:
                 pass
+        if restore_caches is not None:  # the caller's process as it was: Inductor's caches back on
+            restore_caches()
 
         ended = tracer.ended or {}
         if ended.get("outcome") == "signal":

@@ -106,13 +106,14 @@ class ProvTrace:
     block; ``.report`` is its Report, ``.check(*rules)`` fails the test when a rule does not hold."""
 
     def __init__(self, request: pytest.FixtureRequest, directory: str, base: str, defaults: dict[str, Any],
-                 on_trace: Any = None):
+                 on_trace: Any = None, on_failed_rule: Any = None):
         self._request = request
         self._dir = directory
         self._base = base
         self._defaults = defaults
         self._options: dict[str, Any] = {}
         self._on_trace = on_trace
+        self._on_failed_rule = on_failed_rule
         self._count = 0
         self.tracer: Any = None
 
@@ -176,6 +177,8 @@ class ProvTrace:
         if problem is not None:  # failed outside the except: no "during handling" chain in the test's failure
             pytest.fail(problem, pytrace=False)
         if not result.ok:
+            if self._on_failed_rule is not None:  # the stream the message names is kept, compiled or not
+                self._on_failed_rule(self.path)
             pytest.fail(failure_message(result, report.model["stage_titles"], self.path), pytrace=False)
         return result
 
@@ -192,7 +195,8 @@ def prov_trace(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
     defaults = {"backend": config.getoption("prov_trace_backend"), "profile": config.getoption("prov_trace_profile")}
     if per_test is not None:  # --prov-trace: the fixture's streams go with the others, listed at the end
         fixture = ProvTrace(request, per_test.directory, per_test.name_for(request.node.nodeid), defaults,
-                            on_trace=lambda path: per_test.traced.append((request.node.nodeid, path)))
+                            on_trace=lambda path: per_test.traced.append((request.node.nodeid, path)),
+                            on_failed_rule=per_test.failed_rule.add)
     else:
         fixture = ProvTrace(request, str(tmp_path), "prov-trace", defaults)
     yield fixture
@@ -211,6 +215,8 @@ class PerTest:
         self.backend = config.getoption("prov_trace_backend")
         self.profile = config.getoption("prov_trace_profile")
         self.traced: list[tuple[str, str]] = []
+        #: Streams a failed rule's message named: kept even where nothing was compiled.
+        self.failed_rule: set[str] = set()
         self.names: set[str] = set()
         self.stopped: str | None = None
         try:
@@ -247,7 +253,9 @@ class PerTest:
 
         tr = terminalreporter
         tr.section("prov-trace")
-        lines, empty, notes = [], 0, set()
+        lines, notes = [], set()
+        compiled: dict[str, int] = {}  # test -> its streams that compiled (a test may trace several blocks)
+        empty: set[str] = set()
         for nodeid, path in self.traced:
             try:
                 header = read_trace(path).header or {}
@@ -262,12 +270,17 @@ class PerTest:
                     why = why[:-1]
                 notes.add(f"traced with {header.get('backend')}, not sys.monitoring: {why}")
             if not report.graphs:
-                empty += 1
+                if path in self.failed_rule:
+                    rel = os.path.relpath(path, str(self.config.invocation_params.dir))
+                    lines.append(f"{nodeid}: nothing was compiled, and a rule failed on it -> {rel}")
+                    continue
+                empty.add(nodeid)
                 try:
                     os.unlink(path)  # nothing compiled: nothing to keep
                 except OSError:
                     pass
                 continue
+            compiled[nodeid] = compiled.get(nodeid, 0) + 1
             lines.append(_summary_line(nodeid, path, report, str(self.config.invocation_params.dir)))
         for note in sorted(notes):
             tr.write_line(f"prov-trace: {note}")
@@ -275,9 +288,11 @@ class PerTest:
             tr.write_line(f"prov-trace: {self.stopped}")
         for line in lines:
             tr.write_line(line)
-        kept = len(lines)
-        tr.write_line(f"prov-trace: {kept} traced test{'s' if kept != 1 else ''} compiled something"
-                      + (f", {empty} compiled nothing (no stream kept)" if empty else "")
+        tests, streams = len(compiled), sum(compiled.values())
+        nothing = len(empty - set(compiled) - {n for n, p in self.traced if p in self.failed_rule})
+        tr.write_line(f"prov-trace: {tests} traced test{'s' if tests != 1 else ''} compiled something"
+                      + (f" ({streams} streams)" if streams != tests else "")
+                      + (f", {nothing} compiled nothing (no stream kept)" if nothing else "")
                       + f"; streams in {self.directory}")
 
 

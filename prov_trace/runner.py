@@ -236,27 +236,61 @@ def model_device(model: Any, default: str) -> str:
     return default.split(":")[0]
 
 
-def defeat_caches() -> None:
-    """A cache hit skips lowering and codegen, so stages 4-7 would never fire.
+_UNSET = object()
+
+
+def defeat_caches() -> Callable[[], None]:
+    """A cache hit skips lowering and codegen, so stages 4-7 would never fire. Returns what puts the
+    caches back as they were (a trace that ends hands the process back with its caches on).
 
     Defeating caches makes torch warn, on every run, that it turned its profile-guided
     cache (dynamo_pgo) off as well: that warning is prov-trace's doing, not the program's,
     so it is filtered, and only it.
     """
+    env_before = os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES")
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
     warnings.filterwarnings("ignore", message="dynamo_pgo force disabled by torch.compiler.config.force_disable_caches",
                             category=UserWarning)
+    config_before: Any = _UNSET
+    force_before: Any = _UNSET
     if "torch" in sys.modules:
         import torch
 
+        config_before = torch.compiler.config.force_disable_caches
         torch.compiler.config.force_disable_caches = True
         # torch's config values are per thread (a ContextVar each): the line above holds for this thread
         # only, and a compile on another thread would hit the cache. The environment variable is read
         # when torch is imported, which is over; set what it would have set, for every thread.
         try:
-            torch.compiler.config._config["force_disable_caches"].env_value_force = True
+            entry = torch.compiler.config._config["force_disable_caches"]
+            force_before = entry.env_value_force
+            entry.env_value_force = True
         except (AttributeError, KeyError, TypeError):
             pass
+
+    def restore() -> None:
+        if env_before is None:
+            os.environ.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+        else:
+            os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = env_before
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+        try:
+            entry = torch.compiler.config._config["force_disable_caches"]
+            if force_before is not _UNSET:
+                entry.env_value_force = force_before
+            elif env_before is None and not os.environ.get("TORCH_COMPILE_FORCE_DISABLE_CACHES"):
+                # torch was imported during the trace and read the variable set above: read it as unset.
+                from torch.utils._config_module import _UNSET_SENTINEL
+
+                entry.env_value_force = _UNSET_SENTINEL
+            if config_before is not _UNSET:
+                torch.compiler.config.force_disable_caches = config_before
+        except (AttributeError, KeyError, TypeError, ImportError):
+            pass
+
+    return restore
 
 
 class _NoCudaRuntimeNote(logging.Filter):

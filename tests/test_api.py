@@ -242,6 +242,39 @@ def test_unknown_backend_and_profile(tmp_path):
     assert api._active is None
 
 
+CACHES = """\
+import json, os, sys
+import torch
+import prov_trace
+
+cfg = torch.compiler.config
+seen = [[cfg.force_disable_caches, os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES")]]
+with prov_trace.trace(sys.argv[1] + "/a.msgpack"):
+    seen.append([cfg.force_disable_caches, os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES")])
+seen.append([cfg.force_disable_caches, os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES")])
+try:
+    prov_trace.trace(sys.argv[1] + "/b.msgpack", profile="tpu").start()
+except prov_trace.UsageError:
+    seen.append([cfg.force_disable_caches, os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES")])
+print(json.dumps(seen))
+"""
+
+
+def test_a_trace_hands_the_caches_back_as_it_found_them(tmp_path):
+    """Tracing turns Inductor's caches off (a hit skips the stages after post-grad); stopping puts them back, so
+    the rest of the process (a notebook, later untraced tests) compiles as it would have. In a fresh process:
+    this one's tests turn them off for good (defeat_caches())."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+                                                             "TORCH_COMPILE_FORCE_DISABLE_CACHES")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES.parent), env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, "-c", CACHES, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [[False, None], [True, "1"], [False, None], [False, None]]
+
+
 def test_run_refuses_what_it_cannot_use_before_anything_runs(tmp_path):
     """The mistakes an API caller makes that the command line cannot: each one sentence, nothing written, no
     compile ('pdf' compiled the model, wrote the trace, then raised ValueError; a string of args reached the

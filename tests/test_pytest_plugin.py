@@ -235,3 +235,46 @@ def test_no_tool_id_free_is_one_sentence_naming_the_holders(pytester, plugin_env
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["prov-trace: traced with inject, not sys.monitoring: every sys.monitoring tool id "
                                  "prov-trace may use is taken: 4 (holder-four), 3 (holder-three)"])
+
+
+BLOCKS = """\
+import os
+import torch
+
+
+def fresh():
+    torch._dynamo.reset()
+    with torch.no_grad():
+        return torch.compile(lambda x: torch.relu(x) + 1)(torch.ones(4))
+
+
+def test_two_blocks(prov_trace):
+    with prov_trace:
+        fresh()
+    with prov_trace:
+        fresh()
+    # Each trace puts Inductor's caches back as it found them: later tests compile as they would untraced.
+    assert not torch.compiler.config.force_disable_caches
+    assert "TORCHINDUCTOR_FORCE_DISABLE_CACHES" not in os.environ
+
+
+def test_rule_on_nothing(prov_trace):
+    with prov_trace:
+        pass
+    prov_trace.check("kernel_spec:origins=all")
+"""
+
+
+@pytest.mark.compile
+def test_the_summary_counts_tests_and_keeps_the_stream_a_failure_names(pytester, plugin_env):
+    """A test of two blocks was counted as two tests; a failed rule on a block that compiled nothing named a
+    stream the summary then deleted; a traced block left the caches off for the rest of the session."""
+    pytester.makepyfile(test_blocks=BLOCKS)
+    result = pytester.runpytest_subprocess("--prov-trace=streams", "-rA", timeout=900)
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    named = re.search(r"trace: (\S+test_blocks.py__test_rule_on_nothing.msgpack)", out).group(1)
+    assert os.path.exists(named), out[-3000:]
+    assert ("test_blocks.py::test_rule_on_nothing: nothing was compiled, and a rule failed on it -> "
+            "streams/test_blocks.py__test_rule_on_nothing.msgpack") in out
+    assert "prov-trace: 1 traced test compiled something (2 streams); streams in " in out, out[-3000:]
