@@ -65,6 +65,9 @@ def __getattr__(name: str) -> Any:
 def load(path: str | os.PathLike[str]) -> Any:
     """The report of a saved trace stream (a cut stream reads up to its last whole record); for a
     directory, the merged report of every process's stream in it (`load_run`)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise UsageError(f"load() takes the path of a trace or of a directory of streams, not {path!r} "
+                         f"({type(path).__name__})")
     if os.path.isdir(path):
         return load_run(path)
     return _report_class().load(path)

@@ -81,6 +81,17 @@ def test_matrix_values_on_a_real_compile(traced):
     assert json.loads(json.dumps(report.matrix())) == report.matrix()
     with pytest.raises(KeyError, match="there is no graph '1/0 forward': the graphs are 0/0 inference"):
         report.matrix("1/0 forward")
+    # A UsageError as well (one sentence, as every other bad input), and its text is the sentence, unquoted.
+    with pytest.raises(prov_trace.UsageError) as err:
+        report.matrix("1/0 forward")
+    assert str(err.value) == "there is no graph '1/0 forward': the graphs are 0/0 inference"
+    # A check of nothing would pass vacuously; a list where rules go, or a load of no path, are one sentence too.
+    with pytest.raises(prov_trace.UsageError, match="^nothing to check: give at least one rule"):
+        report.check()
+    with pytest.raises(prov_trace.UsageError, match="^a rule is a string such as 'kernel_spec:origins=all', not a list"):
+        report.check(["kernel_spec:origins=all"])
+    with pytest.raises(prov_trace.UsageError, match=r"^load\(\) takes the path of a trace or of a directory of streams, not 123 \(int\)$"):
+        prov_trace.load(123)
 
 
 def test_renderers_and_load_agree(traced):

@@ -62,6 +62,9 @@ class Rule:
 
 
 def parse_rule(text: str) -> Rule:
+    if not isinstance(text, str):
+        raise RuleError(f"a rule is a string such as 'kernel_spec:origins=all', not a {type(text).__name__}: give "
+                        "several rules as separate arguments, check('a', 'b') (or check(*rules))")
     m = _RULE.match(text or "")
     if not m:
         if re.match(r"^\s*[^:\s]+\s*:\s*[^=<>]+$", text or ""):

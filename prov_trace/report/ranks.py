@@ -27,7 +27,7 @@ from prov_trace.report import check as _check
 from prov_trace.report import diff as _diff
 from prov_trace.report import html, jsonout, markdown, views
 from prov_trace.report.model import build
-from prov_trace.report.report import CheckResult, Rendered, Report
+from prov_trace.report.report import CheckResult, NoSuchGraph, Rendered, Report
 from prov_trace.report.text import clean, first_line
 from prov_trace.report.views import Banner, Code, Document, Para, Row, Section, Table, join
 from prov_trace.stream import schema as S
@@ -671,7 +671,7 @@ class RunReport(Rendered):
     def matrix(self, graph: str | None = None) -> dict[str, Any]:
         """The reference's matrix (every identical rank's)."""
         if self.reference is None:
-            raise KeyError("no process compiled a graph")
+            raise NoSuchGraph("no process compiled a graph")
         return self.reference.matrix(graph)
 
     # --- renderings ---

@@ -14,6 +14,7 @@ from typing import Any
 from prov_trace.report import check as _check
 from prov_trace.report import diff as _diff
 from prov_trace.report import html, jsonout, markdown, views
+from prov_trace.errors import UsageError
 from prov_trace.report.model import ReportModel, build
 from prov_trace.stream.reader import read_trace
 
@@ -70,6 +71,13 @@ class Rendered:
                 'resize:vertical" srcdoc="' + _html.escape(self.to_html(), quote=True) + '"></iframe>')
 
 
+class NoSuchGraph(UsageError, KeyError):
+    """`matrix(graph)` of a graph the report does not have (a KeyError too, as it was)."""
+
+    def __str__(self) -> str:  # KeyError's would quote the sentence
+        return str(self.args[0]) if self.args else ""
+
+
 class Report(Rendered):
     """The report of one trace: its model as plain data, and every way to show it."""
 
@@ -104,7 +112,7 @@ class Report(Rendered):
         if graph is None:
             return out
         if graph not in out:
-            raise KeyError(f"there is no graph {graph!r}: the graphs are {', '.join(self.graphs) or 'none'}")
+            raise NoSuchGraph(f"there is no graph {graph!r}: the graphs are {', '.join(self.graphs) or 'none'}")
         return out[graph]
 
     def render(self, fmt: str = "md") -> str:
@@ -133,6 +141,8 @@ class Report(Rendered):
 
         Raises ``RuleError`` (a UsageError) for a rule that does not parse or names nothing here.
         """
+        if not rules:  # "0 of 0 rules hold" would pass a test that checks nothing
+            raise UsageError("nothing to check: give at least one rule, e.g. check('kernel_spec:origins=all')")
         parsed = [_check.parse_rule(r) for r in rules]
         results = _check.check(self.model, parsed, graphs)
         return CheckResult(all(r["holds"] for r in results), results,
