@@ -694,7 +694,7 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
 _TARGETS_EXIT_HELP = """\b
 Exit status:
   0    every target resolves and its signature has the arguments the probe reads
-  1    some target drifted (listed; a --probe target that does not resolve too),
+  1    some target drifted, or a --probe target is not found (each listed),
        or the profile's package is not installed here
   2    bad input: usage error, a malformed --probe or --probes file, a --torch-spyre
        DIR that is not a torch-spyre tree or needs _C symbols the stand-in lacks
@@ -746,10 +746,15 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
     # Hooks written for other torch releases (a range that excludes this one) are not checked: not drift.
     others = [h for h in prof.hooks if h not in chosen]
     results = drift.check(chosen + tuple(extra_hooks))
-    drifted = [r for r in results if not r["ok"]]
+    for r in results[len(chosen):]:  # the user's own targets: one that does not resolve is not found, not drift
+        r["user"] = True
+    failed = [r for r in results if not r["ok"]]
+    drifted = [r for r in failed if not r.get("user")]
+    missing = [r for r in failed if r.get("user")]
     if as_json:
         _out(json.dumps({"profile": prof.name, "reason": why, "available": True, "torch": version,
-                         "targets": results, "drifted": [r["target"] for r in drifted],
+                         "targets": results, "drifted": [r["target"] for r in failed],
+                         "not_found": [r["target"] for r in missing],
                          "other_releases": [{"target": h.target, "stage": h.stage, "torch_range": h.torch}
                                             for h in others]}, indent=2))
     else:
@@ -758,7 +763,7 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
             _out(f"torch {version}: {len(others)} of the profile's hooks are for other torch releases and not "
                  "checked: " + ", ".join(f"{h.target} (torch {h.torch})" for h in others))
         for r in results:
-            mark = "--   " if r.get("unchecked") else "ok   " if r["ok"] else "DRIFT"
+            mark = "--   " if r.get("unchecked") else "ok   " if r["ok"] else "MISS " if r.get("user") else "DRIFT"
             ranged = f" (torch {r['torch_range']})" if r.get("torch_range") else ""
             _out(f"  {mark} {r['stage']:<12} {r['event']:<6} {r['target']}{ranged}")
             if r["resolved"]:
@@ -771,13 +776,16 @@ def targets(profile: str, probe_specs: tuple[str, ...], probes_file: str | None,
             if r["reason"]:
                 _out(f"        {r['reason']}")
         unchecked = sum(1 for r in results if r.get("unchecked"))
-        _out(f"{len(results)} targets: {len(results) - len(drifted) - unchecked} ok, {len(drifted)} drifted"
+        _out(f"{len(results)} targets: {len(results) - len(failed) - unchecked} ok, {len(drifted)} drifted"
+             + (f", {len(missing)} not found (your --probe targets)" if missing else "")
              + (f", {unchecked} not checkable here (the script's own)" if unchecked else ""))
-    if drifted:
+    if failed:
         if not as_json:
-            click.echo("drifted:", err=True)
-            for r in drifted:
-                click.echo(f"  {r['target']} ({r['stage']}, {r['event']}): {r['reason']}", err=True)
+            for title, rs in (("drifted:", drifted), ("not found (check the module and name):", missing)):
+                if rs:
+                    click.echo(title, err=True)
+                for r in rs:
+                    click.echo(f"  {r['target']} ({r['stage']}, {r['event']}): {r['reason']}", err=True)
         return 1
     return EXIT_OK
 

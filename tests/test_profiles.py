@@ -631,8 +631,14 @@ def test_targets_command_checks_a_stock_profile_and_user_probes(tmp_path):
     drifted = cli("targets", "--profile", "inductor-cpu", "--probe", "torch._inductor.scheduler:Scheduler.no_such",
                   cwd=tmp_path)
     assert drifted.returncode == 1
-    assert "drifted:" in drifted.stderr and "Scheduler.no_such" in drifted.stderr.split("drifted:")[1]
-    assert "14 ok, 1 drifted" in drifted.stdout
+    # The user's own target is not found (a typo, another release), not a profile hook that drifted.
+    assert "drifted:" not in drifted.stderr and "not found (check the module and name):" in drifted.stderr
+    assert "Scheduler.no_such" in drifted.stderr.split("not found")[1]
+    assert "15 targets: 14 ok, 0 drifted, 1 not found (your --probe targets)" in drifted.stdout
+    assert "  MISS  Scheduler.no_such return torch._inductor.scheduler:Scheduler.no_such" in drifted.stdout
+    out = json.loads(cli("targets", "--profile", "inductor-cpu", "--json", "--probe",
+                         "torch._inductor.scheduler:Scheduler.no_such", cwd=tmp_path).stdout)
+    assert out["not_found"] == out["drifted"] == ["torch._inductor.scheduler:Scheduler.no_such"]
 
 
 def test_targets_does_not_check_a_script_probe_against_prov_traces_own_main(tmp_path):
