@@ -73,6 +73,11 @@ def test_encoder_stack_24_layers(encoder):
     # Every layer's source line reaches the kernel spec.
     rows = {r["text"]: r for r in g["survival"]}
     assert rows["x = layer(x)"]["counts"]["kernel_spec"] > 24
+    # The loop's own line makes no op: every Dynamo graph node names its line, none names this one, so it is
+    # not a line a stage lost (it was ranked first in "Where provenance is lost").
+    loop = rows["for layer in self.layers:"]
+    assert loop["note"] == "no op traced to this line" and loop["lost_at"] is None and loop["lost_by"] == []
+    assert not any(ln["line"] == loop["line"] for loss in g["losses"] for ln in loss["lines"]), g["losses"]
 
 
 def test_gpt2_tiny(gpt2):
@@ -110,4 +115,11 @@ def test_training_script_unmodified(train_script):
     # not shown as graphs whose every stage is missing.
     assert all(g["stages"]["post_grad"]["observed"] for g in model["graphs"]), labels
     assert model["frames_without_graph"], "the optimizer's wrapper frames should be listed"
+    # The compiled optimizer step is torch's own code (torch/optim): framework lines, never the model's, though
+    # the compile carries them; its graph counts no line of the model, as its note says.
+    for g in model["graphs"]:
+        torch_rows = [r for r in g["survival"] if "/torch/" in str(r["file"]) and "packages" in str(r["file"])]
+        assert not any(r["user"] for r in torch_rows), (g["label"], [r["file"] for r in torch_rows if r["user"]][:3])
+    step = [g for g in model["graphs"] if not any(r["user"] for r in g["survival"])]
+    assert step and all(g["headline"]["lines"] == 0 for g in step), [g["label"] for g in model["graphs"]]
     assert "step 2: loss" in train_script.proc.stdout

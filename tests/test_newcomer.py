@@ -162,8 +162,14 @@ def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path
     assert ("Sequential fails on the inputs from --input-shape 2,5 without compiling too (RuntimeError: mat1 and "
             "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
     assert "TorchRuntimeError" not in proc.stderr, proc.stderr
-    # Dynamo's frame conversion was entered (the Source hook's one event) and never returned.
-    assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 events, 0 objects$", proc.stdout, re.M), proc.stdout
+    # Dynamo's frame conversion was entered (the Source hook's one event) and exited by the exception.
+    assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 events, 0 objects, 1 call raised \(the compile "
+                     r"failed inside it\)$", proc.stdout, re.M), proc.stdout
+    # Inductor was never imported: its stages were not reached, which is no hook drifting (NOT RESOLVED).
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")]
+    inductor = [ln for ln in lines if ln.split()[0] in ("LoopLevelIR", "Kernel", "Artifact")]
+    assert inductor and all(" NOT REACHED " in ln or " DID NOT FIRE " in ln for ln in inductor), lines
+    assert not any(" NOT RESOLVED " in ln for ln in lines), lines
     from prov_trace.stream.reader import read_trace
 
     assert read_trace(tmp_path / "t.msgpack").end["outcome"] == "exception"
@@ -232,3 +238,35 @@ def test_torchs_warning_about_the_caches_prov_trace_turned_off_is_not_shown(mlp_
     # kernel; a model audit leaves it out. The audit did build one: its trace has a C++ artifact.
     assert "No CUDA runtime is found" not in mlp_run.proc.stderr
     assert "Artifact" in mlp_run.proc.stdout and "cpp_fused" in mlp_run.report.read_text()
+
+
+FULLGRAPH_BREAK = """\
+import torch
+
+
+def f(x):
+    y = x.relu()
+    print("side effect")
+    return y + 1
+
+
+try:
+    torch.compile(f, fullgraph=True)(torch.randn(3))
+except Exception as exc:
+    print("caught:", type(exc).__name__)
+raise SystemExit(3)
+"""
+
+
+def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_path):
+    """fullgraph=True around a print: Dynamo raises before Inductor is imported. The summary said NOT RESOLVED
+    ('module ... was never imported') for every Inductor stage, which reads as prov-trace not matching torch."""
+    (tmp_path / "fg.py").write_text(FULLGRAPH_BREAK)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "fg.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 3 and "caught: Unsupported" in proc.stdout, proc.stdout + proc.stderr
+    lines = {ln.split()[0] + (" " + ln.split()[1] if ln.split()[0] in ("FX", "Kernel") else ""): ln
+             for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")}
+    assert " NO RESULT " in lines["Source"] and lines["Source"].endswith(", 1 call raised (the compile failed inside it)")
+    for stage in ("FX post-grad", "LoopLevelIR", "Kernel spec"):
+        assert " NOT REACHED " in lines[stage], lines
+    assert not any(" NOT RESOLVED " in ln for ln in lines.values()), lines

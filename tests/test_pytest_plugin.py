@@ -266,9 +266,11 @@ def test_rule_on_nothing(prov_trace):
 
 
 @pytest.mark.compile
-def test_the_summary_counts_tests_and_keeps_the_stream_a_failure_names(pytester, plugin_env):
+def test_the_summary_counts_tests_and_keeps_the_stream_a_failure_names(pytester, plugin_env, monkeypatch):
     """A test of two blocks was counted as two tests; a failed rule on a block that compiled nothing named a
     stream the summary then deleted; a traced block left the caches off for the rest of the session."""
+    for var in ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCH_COMPILE_FORCE_DISABLE_CACHES"):
+        monkeypatch.delenv(var, raising=False)  # the caches on as the session starts (this suite's tests set it)
     pytester.makepyfile(test_blocks=BLOCKS)
     result = pytester.runpytest_subprocess("--prov-trace=streams", "-rA", timeout=900)
     result.assert_outcomes(passed=1, failed=1)

@@ -197,6 +197,8 @@ class SummaryRow(TypedDict):
     off_path: str | None
     #: A user probe's stage: snapshots taken while no compile ran (in no graph, not in `objects`).
     outside_compile: int
+    #: Calls of the stage's targets that exited by an exception (a compile that failed inside them).
+    raised: int
 
 
 class ReportModel(TypedDict):
@@ -458,6 +460,11 @@ def is_library_path(path: Any) -> bool:
     return any(m in path for m in _LIBRARY_MARKERS) or bool(_STDLIB.search(path))
 
 
+#: torch's own installed files: framework code, never the model's, even where the compile carries their lines
+#: (a compiled optimizer step is torch/optim/adam.py through and through).
+_TORCH_PACKAGE = re.compile(r"[/\\](?:site|dist)-packages[/\\]torch[/\\]")
+
+
 def _mark_model_files(graphs: list[dict[str, Any]]) -> None:
     """Whose each line is: the model's (a file outside installed packages, or an installed file some line of
     which the compile carries, like a Hugging Face model's modeling file), or a library's or framework's (a
@@ -471,7 +478,7 @@ def _mark_model_files(graphs: list[dict[str, Any]]) -> None:
     for g in graphs:
         first_seen: dict[Any, int] = {}
         for r in g["survival"]:
-            r["user"] = not is_library_path(r["file"]) or r["file"] in attached
+            r["user"] = not is_library_path(r["file"]) or (r["file"] in attached and not _TORCH_PACKAGE.search(r["file"]))
             first_seen.setdefault(r["file"], len(first_seen))
         # The file with most lines the compile carries first: the model's main file.
         g["survival"].sort(key=lambda r: (not r["user"], -attached.get(r["file"], 0), first_seen[r["file"]],
@@ -552,24 +559,30 @@ GRAPH_BREAK = "graph break: runs in Python"
 _RESUME = re.compile(r"torch_dynamo_resume_in_.*_at_(\d+)$")
 
 
-def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
+def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[dict[str, Any]] = ()) -> None:
     """A line no graph carries, where Dynamo broke the graph (``print(x)``, a call it cannot trace): it runs in
-    Python between two graphs, so it holds no op of either. Say so, and which graph resumes after it; it is not
-    a line whose provenance a stage lost."""
+    Python between two graphs, so it holds no op of either. Say so, and what resumes after it (a graph, or a
+    frame that compiled none, like ``loss.backward()``'s); it is not a line whose provenance a stage lost."""
     resumed: dict[tuple, list[str]] = {}
+
+    def add(func: Any, path: Any, what: str) -> None:
+        m = _RESUME.search(str(func or ""))
+        if m and isinstance(path, str):
+            whats = resumed.setdefault((path, int(m.group(1))), [])
+            if what not in whats:
+                whats.append(what)
+
     first = _first_of_compile(graphs)
     for g in first.values():
         for o in (g["stages"].get(S.SOURCE) or {}).get("objects", []):
             src = (o.get("sources") or [{}])[0]
-            m = _RESUME.search(str(src.get("func") or ""))
-            if m and isinstance(src.get("file"), str):
-                labels = resumed.setdefault((src["file"], int(m.group(1))), [])
-                if g["label"] not in labels:
-                    labels.append(g["label"])
+            add(src.get("func"), src.get("file"), f"graph {g['label']}")
+    for f in frames_without_graph:
+        add(f.get("qualname"), f.get("file"), f"frame {f.get('compile_id')} (it compiled no graph)")
     if not resumed:
         return
     for g in graphs:
-        own = first[g["compile_id"]]["label"]
+        own = f"graph {first[g['compile_id']]['label']}"
         noted = []
         for row in g["survival"]:
             key = (row["file"], row["line"])
@@ -582,8 +595,29 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]]) -> None:
             where = f"{os.path.basename(path)}:{line}"
             g["notes"].append(f"{where} is a graph break: Dynamo runs that line in Python, so no stage carries it, "
                               + ("and this graph resumes after it." if not after else
-                                 f"and graph {after[0]} resumes after it." if len(after) == 1 else
-                                 f"and graphs {', '.join(after)} resume after it."))
+                                 f"and {after[0]} resumes after it." if len(after) == 1 else
+                                 f"and {', '.join(after)} resume after it."))
+
+
+#: A survival row's note when the graph's first FX stage names no line for it though every node there names
+#: one: Dynamo traced no op to the line (control flow, a branch not taken, Python-only code, a call whose ops
+#: are its callee's lines).
+NO_OP_TRACED = "no op traced to this line"
+
+
+def _mark_untraced_lines(graphs: list[dict[str, Any]]) -> None:
+    """A line no stage carries is a loss only where a node could have dropped it: when every compute node of the
+    graph's first FX stage names its source line, none of them came from this line, so nothing was lost here.
+    Where some node names none, the line may be its, and stays counted as never attached."""
+    for g in graphs:
+        first_fx = next((g["stages"][st] for st in (S.EXPORT_GRAPH, S.DYNAMO_GRAPH, S.PRE_GRAD)
+                         if (g["stages"].get(st) or {}).get("observed")), None)
+        if first_fx is None or not first_fx["objects"] or any(not o.get("sources") for o in first_fx["objects"]):
+            continue
+        for row in g["survival"]:
+            if row["last_stage"] is None and not row["note"]:
+                row["note"] = NO_OP_TRACED
+                row["lost_at"], row["lost_by"] = None, []
 
 
 def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
@@ -840,7 +874,8 @@ def build(trace: Trace) -> ReportModel:
         })
     _mark_shared(graphs)
     _mark_other_graphs(graphs)
-    _mark_graph_breaks(graphs)
+    _mark_graph_breaks(graphs, frames_without_graph)
+    _mark_untraced_lines(graphs)
     _mark_model_files(graphs)
     for g in graphs:
         g["headline"] = _headline(g, stage_order)
@@ -864,7 +899,7 @@ def build(trace: Trace) -> ReportModel:
         "frames_without_graph": frames_without_graph,
         "outside_compile": [{"stage": st, "target": tgt, "snapshots": n} for (st, tgt), n in outside.items()],
         "cuts": _cuts(trace),
-        "summary": _summary(graphs, hooks, stage_order, outside),
+        "summary": _summary(graphs, hooks, stage_order, outside, _unwound(trace)),
         "spyre": _spyre.run_facts(trace),
     }
 
@@ -881,7 +916,7 @@ def _warnings(trace: Trace) -> list[str]:
 
 
 def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_order: list[str],
-             outside: dict[tuple, int] | None = None) -> list[dict[str, Any]]:
+             outside: dict[tuple, int] | None = None, unwound: dict[str, int] | None = None) -> list[dict[str, Any]]:
     rows = []
     for st in stage_order:
         hs = [h for h in hooks if h.get("stage") == st]
@@ -908,8 +943,19 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             "unresolved": [f"{h.get('target')}: {h.get('reason')}" for h in hs if not h.get("resolved")],
             "off_path": _summary_off_path(graphs, st) if not observed else None,
             "outside_compile": sum(n for (stage, _), n in (outside or {}).items() if stage == st),
+            # Calls of its targets that exited by an exception (the compile failed inside them): called, no result.
+            "raised": (unwound or {}).get(st, 0),
         })
     return rows
+
+
+def _unwound(trace: Trace) -> dict[str, int]:
+    """Per stage, the calls of its targets the tracer saw exit by an exception (its `unwind` records)."""
+    out: dict[str, int] = {}
+    for r in trace.records:
+        if r.get("kind") == S.PROBE and r.get("phase") == "unwind" and isinstance(r.get("stage"), str):
+            out[r["stage"]] = out.get(r["stage"], 0) + 1
+    return out
 
 
 def _summary_off_path(graphs: list[dict[str, Any]], stage: str) -> str | None:

@@ -899,10 +899,13 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             state = "off path"
         elif not row["observed"] and row.get("outside_compile"):
             state = "outside"  # a user probe whose function ran only while no compile did
+        elif row["resolved"] < row["hooks"] and not row["observed"] and row["unresolved"] and all(
+                u.endswith("was never imported") for u in row["unresolved"]):
+            state = "NOT REACHED"  # the run never imported the module: nothing compiled got that far, not drift
         elif row["resolved"] < row["hooks"] and not row["observed"]:
             state = "NOT RESOLVED"
         elif not row["observed"]:  # called (a compile that failed inside it) but no result recorded, or never called
-            state = "NO RESULT" if row["fired"] else "DID NOT FIRE"
+            state = "NO RESULT" if row["fired"] or row.get("raised") else "DID NOT FIRE"
         else:
             state = "fired"
         line = (f"  {titles.get(row['stage'], row['stage']):<26} {state:<13} hooks {row['resolved']}/{row['hooks']} "
@@ -913,6 +916,8 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             line += f" (+{row['outside_compile']} taken while no compile ran)"
         if row["errors"]:
             line += f", {row['errors']} probe errors"
+        if row.get("raised") and not row["observed"]:
+            line += f", {row['raised']} call{'s' if row['raised'] != 1 else ''} raised (the compile failed inside it)"
         out.append(line)
         if state == "off path":
             out.append(f"      {row['off_path']}")

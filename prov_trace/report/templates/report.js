@@ -190,7 +190,7 @@
       return st in TITLES; }).forEach(function(st){
       legend.appendChild(el('span', 'lv-' + st, 'last at ' + (TITLES[st] || st))); });
     legend.appendChild(el('span', 'lv-never', 'never attached'));
-    legend.appendChild(el('span', 'lv-noop', 'no op / another graph / graph break'));
+    legend.appendChild(el('span', 'lv-noop', 'no op / another graph / graph break / none traced'));
     host.appendChild(legend);
     var lib = null;
     SRC.forEach(function(f, i){
