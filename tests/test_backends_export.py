@@ -169,6 +169,10 @@ def test_aot_eager_report_says_off_path_in_markdown_and_html(aot_eager_train):
     graph = md.split("## Graph 0/0 forward")[1].split("\n## ")[0]
     assert "⚠" not in graph.split("### Per-stage detail")[0] and "➖" in graph  # matrix, survival, counts
     assert "#### FX post-grad (not on this compile's path)" in graph
+    # The lineage starts at FX pre-grad, off this path: no claim that the objects "map one to one".
+    assert "every object maps one to one" not in graph
+    assert ("Only Source has objects to draw here: the links start at FX pre-grad, which this graph's compile did "
+            "not pass through, so nothing is linked.") in graph
     counts = md.split("## Counts")[1].split("\n## ")[0]
     assert "| 0/0 forward | 4 | 3 | ➖ | 5 | ➖ | ➖ | ➖ | ➖ | ➖ |" in counts
 

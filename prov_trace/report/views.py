@@ -527,7 +527,13 @@ def _lineage(g: dict[str, Any], titles: dict[str, str]) -> Section:
     rows += [Row(["inherited", join(nm(f) for f in n["inherits_from"]), nm(n["id"])])
              for n in lin["nodes"] if n.get("inherited")]
     sec.blocks.append(LineageBlock(lin, titles, Table(["Change", "From", "To"], rows) if rows else None))
-    if not rows:
+    drawn = [st for st in dict.fromkeys(n["stage"] for n in lin["nodes"])]
+    if not rows and len(drawn) < 2:
+        # aot_eager, eager: only the source lines; no claim about stages the lineage does not draw.
+        sec.blocks.append(Para([f"Only {', '.join(titles.get(st, st) for st in drawn)} has objects to draw here: "
+                                "the links start at FX pre-grad, which this graph's compile did not pass through, "
+                                "so nothing is linked."]))
+    elif not rows:
         sec.blocks.append(Para(["No decomposition, fusion, side link or inherited link: every object maps one to one."]))
     return sec
 
