@@ -7,7 +7,10 @@ several IR ops. Every number here is measured from a real run.
 
 from __future__ import annotations
 
+import os
+
 import prov_trace
+from conftest import cli
 from prov_trace.report import lineage
 from prov_trace.stream import schema as S
 
@@ -139,3 +142,50 @@ def test_from_node_actions_read_as_torch_prints_them(mlp_run):
     assert actions, "the MLP's post-grad nodes carry from_node"
     assert set(actions) <= {"", "create", "replace", "create+replace"}, set(actions)
     assert "create" in actions or "replace" in actions
+
+
+TRAIN_STEP = """\
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+@torch.compile
+def train_step(x, y):
+    opt.zero_grad(set_to_none=True)
+    logits = model(x)
+    loss = nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+x, y = torch.randn(8, 8), torch.randint(0, 2, (8,))
+for i in range(2):
+    print(i, round(train_step(x, y).item(), 4))
+"""
+
+
+def test_a_compiled_train_step_counts_its_breaks_and_torchs_lines_as_no_loss(tmp_path):
+    """A whole train step under torch.compile: `loss.backward()` and `opt.step()` break the graph, and the frames
+    after them compile no graph; the optimizer's own graph is torch/optim code. Those rows were ranked as the
+    step's worst losses ("never attached -> Dynamo graph"), and adam.py's lines counted as the model's."""
+    (tmp_path / "step.py").write_text(TRAIN_STEP)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "step.py", cwd=tmp_path,
+               env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    model = prov_trace.load(tmp_path / "t.msgpack").model
+    fwd = next(g for g in model["graphs"] if g["label"].endswith("forward"))
+    rows = {r["text"]: r for r in fwd["survival"]}
+    for text in ("loss.backward()", "opt.step()"):
+        assert rows[text]["note"] == "graph break: runs in Python" and rows[text]["lost_at"] is None, rows[text]
+    assert any("(which compiled no graph) resumes after it." in n for n in fwd["notes"]), fwd["notes"]
+    lost = [ln["line"] for loss in fwd["losses"] for ln in loss["lines"]]
+    assert rows["loss.backward()"]["line"] not in lost and rows["opt.step()"]["line"] not in lost
+    assert fwd["headline"]["reached"]["dynamo_graph"] == fwd["headline"]["lines"], fwd["headline"]
+    # The optimizer's graph is torch's code through and through: none of its lines is the model's.
+    for g in model["graphs"]:
+        assert not any(r["user"] for r in g["survival"] if "torch" + os.sep + "optim" in str(r["file"])), g["label"]

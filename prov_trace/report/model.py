@@ -563,9 +563,9 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
     """A line no graph carries, where Dynamo broke the graph (``print(x)``, a call it cannot trace): it runs in
     Python between two graphs, so it holds no op of either. Say so, and what resumes after it (a graph, or a
     frame that compiled none, like ``loss.backward()``'s); it is not a line whose provenance a stage lost."""
-    resumed: dict[tuple, list[str]] = {}
+    resumed: dict[tuple, list[tuple[str, str]]] = {}
 
-    def add(func: Any, path: Any, what: str) -> None:
+    def add(func: Any, path: Any, what: tuple[str, str]) -> None:
         m = _RESUME.search(str(func or ""))
         if m and isinstance(path, str):
             whats = resumed.setdefault((path, int(m.group(1))), [])
@@ -576,13 +576,13 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
     for g in first.values():
         for o in (g["stages"].get(S.SOURCE) or {}).get("objects", []):
             src = (o.get("sources") or [{}])[0]
-            add(src.get("func"), src.get("file"), f"graph {g['label']}")
+            add(src.get("func"), src.get("file"), ("graph", g["label"]))
     for f in frames_without_graph:
-        add(f.get("qualname"), f.get("file"), f"frame {f.get('compile_id')} (it compiled no graph)")
+        add(f.get("qualname"), f.get("file"), ("frame", str(f.get("compile_id"))))
     if not resumed:
         return
     for g in graphs:
-        own = f"graph {first[g['compile_id']]['label']}"
+        own = ("graph", first[g["compile_id"]]["label"])
         noted = []
         for row in g["survival"]:
             key = (row["file"], row["line"])
@@ -594,9 +594,22 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
         for (path, line), after in noted:
             where = f"{os.path.basename(path)}:{line}"
             g["notes"].append(f"{where} is a graph break: Dynamo runs that line in Python, so no stage carries it, "
-                              + ("and this graph resumes after it." if not after else
-                                 f"and {after[0]} resumes after it." if len(after) == 1 else
-                                 f"and {', '.join(after)} resume after it."))
+                              f"and {_resumers(after)} after it.")
+
+
+def _resumers(after: list[tuple[str, str]]) -> str:
+    """``graph 1/0 inference resumes``, ``graphs 1/0 inference, 1/1 inference resume``, ``frame 3/0 (which
+    compiled no graph) resumes``; ``this graph resumes`` for none."""
+    if not after:
+        return "this graph resumes"
+    graphs = [label for kind, label in after if kind == "graph"]
+    frames = [label for kind, label in after if kind == "frame"]
+    parts = []
+    if graphs:
+        parts.append(f"graph{'s' if len(graphs) > 1 else ''} {', '.join(graphs)}")
+    if frames:
+        parts.append(f"frame{'s' if len(frames) > 1 else ''} {', '.join(frames)} (which compiled no graph)")
+    return " and ".join(parts) + (" resumes" if len(after) == 1 else " resume")
 
 
 #: A survival row's note when the graph's first FX stage names no line for it though every node there names
