@@ -20,6 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from prov_trace import torchver
 from prov_trace.errors import UsageError
 from prov_trace.probes import source as source_probe
 from prov_trace.signals import Terminated
@@ -293,16 +294,6 @@ def defeat_caches() -> Callable[[], None]:
     return restore
 
 
-class _NoCudaRuntimeNote(logging.Filter):
-    """Drops torch's "No CUDA runtime is found" line: a CUDA build of torch on a machine without a GPU
-    logs it when Inductor first builds a C++ kernel. It says nothing about the audit (prov-trace chose
-    the profile and device, and says so), so a model audit, where prov-trace is the program, leaves it out.
-    A script's run keeps every line torch prints, as it would untraced."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "No CUDA runtime is found" not in str(record.msg)
-
-
 def inputs_misfit(model: Any, inputs: tuple, *, train: bool) -> str | None:
     """After a failed compile: the error, in one line, when the model fails on `inputs` uncompiled too
     (so the inputs do not fit it, the compile is not to blame); None when it runs, or the check can't say."""
@@ -323,7 +314,7 @@ def run_model(model: Any, inputs: tuple, *, train: bool) -> Any:
     """Compile the model once and run it once (plus backward under train); returns the output."""
     import torch
 
-    logging.getLogger("torch.utils.cpp_extension").addFilter(_NoCudaRuntimeNote())
+    logging.getLogger("torch.utils.cpp_extension").addFilter(torchver.NoCudaRuntimeNote())
     torch._dynamo.reset()
     compiled = torch.compile(model)
     if train:

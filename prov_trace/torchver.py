@@ -10,6 +10,7 @@ imports torch. docs/compat.md gives the measured range.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 
@@ -111,3 +112,13 @@ def gate(version: str | None) -> tuple[int, str | None]:
         return 0, (f"warning: torch {version} is newer than {NEWEST_TESTED}, the newest release prov-trace was "
                    f"tested on; `prov-trace targets` checks that every hook still resolves")
     return 0, None
+
+
+class NoCudaRuntimeNote(logging.Filter):
+    """Drops the "No CUDA runtime is found" warning a CUDA build of torch logs (logger
+    ``torch.utils.cpp_extension``) when cpp_extension is first imported on a machine without a GPU.
+    Where prov-trace is the program (a model audit) or caused the import (the Spyre stand-in's build),
+    it says nothing about the user's run; a script's own run keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "No CUDA runtime is found" not in str(record.msg)

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from prov_trace import torchver
 from prov_trace.files import CACHE_ENV, cache_root
 
 from .errors import StandInUnavailable
@@ -48,18 +49,10 @@ def _compiler_version(cxx: str) -> str:
         return "unknown"
 
 
-class _NoCudaRuntimeNote(logging.Filter):
-    """Drops the "No CUDA runtime is found" warning a CUDA build of torch logs when cpp_extension is first
-    imported on a machine without a GPU: here prov-trace imports it to build the stand-in, not the program."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "No CUDA runtime is found" not in str(record.msg)
-
-
 def _command(cxx: str, out: Path) -> list[str]:
     import torch
 
-    logger, note = logging.getLogger("torch.utils.cpp_extension"), _NoCudaRuntimeNote()
+    logger, note = logging.getLogger("torch.utils.cpp_extension"), torchver.NoCudaRuntimeNote()
     logger.addFilter(note)
     try:
         from torch.utils import cpp_extension
