@@ -163,7 +163,7 @@ def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path
             "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
     assert "TorchRuntimeError" not in proc.stderr, proc.stderr
     # Dynamo's frame conversion was entered (the Source hook's one event) and exited by the exception.
-    assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 events, 0 objects, 1 call raised \(the compile "
+    assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 event, 0 objects, 1 call raised \(the compile "
                      r"failed inside it\)$", proc.stdout, re.M), proc.stdout
     # Inductor was never imported: its stages were not reached, which is no hook drifting (NOT RESOLVED).
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")]
@@ -270,3 +270,38 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     for stage in ("FX post-grad", "LoopLevelIR", "Kernel spec"):
         assert " NOT REACHED " in lines[stage], lines
     assert not any(" NOT RESOLVED " in ln for ln in lines.values()), lines
+
+
+NO_COMPILER = """\
+import torch
+import torch._inductor.config as cfg
+
+cfg.cpp.cxx = (None, "/nonexistent/c++")
+
+
+def f(x):
+    y = torch.sin(x) * 2
+    return y.sum()
+
+
+torch.compile(f)(torch.randn(16))
+"""
+
+
+def test_a_compile_that_fails_inside_inductor_says_where_the_measure_stops(tmp_path):
+    """No C++ compiler: Inductor lowers the graph, then raises before its kernels are defined. The headline
+    said "No line is lost on the way" for stages that never ran."""
+    (tmp_path / "cxx.py").write_text(NO_COMPILER)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "cxx.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 1 and "InvalidCxxCompiler" in proc.stderr, proc.stdout + proc.stderr
+    lines = {ln[:29].strip(): ln for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")}
+    assert " fired " in lines["LoopLevelIR (post-pass)"] and " DID NOT FIRE " in lines["Kernel spec"], lines
+    assert re.search(r"resolved, 1 event, 1 object$", lines["LoopLevelIR (post-pass)"]), lines
+    text = (tmp_path / "r.md").read_text()
+    assert "No line is lost on the way" not in text
+    assert ("No line is lost up to LoopLevelIR (post-pass). Kernel spec and Artifact did not fire for this graph, so "
+            "nothing is measured there: the run ended with an exception (Ended, above).") in text, text
+    import prov_trace
+
+    hl = prov_trace.load(tmp_path / "t.msgpack").model["graphs"][0]["headline"]
+    assert hl["unobserved"] == ["kernel_spec", "artifact"] and hl["lines"] == 2 and hl["worst"] is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import msgpack
 
 from conftest import EXAMPLES, HAS_MONITORING
@@ -23,7 +25,7 @@ def test_run_writes_trace_report_and_summary(mlp_run):
     for line in report.summary_lines()[1:]:
         title, rest = line[:29].strip(), line[29:]
         assert rest.startswith("fired "), line
-        objects[title] = int(rest.split(" events, ")[1].split(" objects")[0])
+        objects[title] = int(re.search(r" events?, (\d+) objects?", rest).group(1))
     assert objects == {"Source": 4, "Dynamo graph": 3, "FX pre-grad": 3, "AOT graph": 5, "FX post-grad": 5,
                        "LoopLevelIR (pre-pass)": 3, "LoopLevelIR (post-pass)": 3, "Kernel spec": 3, "Artifact": 3}
     expected = "monitoring" if HAS_MONITORING else "inject"

@@ -654,9 +654,14 @@ def _headline(g: dict[str, Any], stage_order: list[str]) -> dict[str, Any]:
                 default=None)
     ks = g["stages"].get(S.KERNEL_SPEC) or {}
     kernels = ks.get("objects", []) if ks.get("observed") else []
+    # Stages on this graph's path that measured nothing for it (a compile that raised in Inductor, a hook that
+    # did not fire): "no line is lost" holds only up to the last stage that did.
+    off = g.get("off_path") or {}
+    unobserved = [st for st in pipeline if not (g["stages"].get(st) or {}).get("observed") and st not in off]
     return {
         "lines": len(rows),
         "reached": reached,
+        "unobserved": unobserved,
         "worst": {"from": worst[0][0], "to": worst[0][1], "lines": worst[1]} if worst else None,
         "kernels": len(kernels) if ks.get("observed") else None,
         # The matrix's rule: a kernel carries a source when one of its IR ops has a stack trace.

@@ -178,6 +178,11 @@ def cell_sym(cell: dict[str, Any]) -> Sym:
     return Sym(cell["state"])
 
 
+def _n(k: int, noun: str) -> str:
+    """``1 event``, ``2 events``."""
+    return f"{k} {noun}{'' if k == 1 else 's'}"
+
+
 def ended(tr: dict[str, Any]) -> str:
     end = tr.get("end")
     if not end:
@@ -336,7 +341,8 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     titles, order = model["stage_titles"], model["stage_order"]
     sec = Section(f"Graph {g['label']}", 2, attrs={"class": "graph", "data-graph": str(gi), "data-label": str(g["label"])})
     anchors = _anchors(g, gi)
-    sec.blocks.append(_headline(g, titles, "OpSpec" if _is_spyre(model) else "kernel"))
+    raised = ((model.get("trace") or {}).get("end") or {}).get("outcome") == "exception"
+    sec.blocks.append(_headline(g, titles, "OpSpec" if _is_spyre(model) else "kernel", raised))
     if g.get("backend") == "torch.export":
         sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
     elif g.get("backend"):
@@ -404,9 +410,10 @@ def _is_spyre(model: dict[str, Any]) -> bool:
     return model["header"].get("profile") == "spyre"
 
 
-def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel") -> Para:
+def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel", raised: bool = False) -> Para:
     """A few measured sentences: how far the model's own lines get, where most are lost, sourceless kernels
-    (`kernel` names the kernel spec's objects: under torch-spyre they are OpSpecs, several to a kernel)."""
+    (`kernel` names the kernel spec's objects: under torch-spyre they are OpSpecs, several to a kernel; `raised`:
+    the run ended with an exception, which is why a stage may not have fired)."""
     hl = g["headline"]
     parts: list[Inline] = []
     n = hl["lines"]
@@ -417,12 +424,20 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel")
                      + ", ".join(f"{titles[st]} {k}/{n} ({k / n:.0%})" for st, k in reached) + ". ")
     else:
         parts.append("No line of the model's own source holds an op in this graph. ")
+    unobserved = hl.get("unobserved") or []
     worst = hl["worst"]
     if worst:
         parts.append(f"Most lines are lost from {titles.get(worst['from'], 'nothing') if worst['from'] else 'the start'} "
                      f"to {titles[worst['to']]} ({worst['lines']} line{'s' if worst['lines'] != 1 else ''}). ")
     elif n:
-        parts.append("No line is lost on the way. ")
+        parts.append("No line is lost on the way. " if not unobserved or not reached
+                     else f"No line is lost up to {titles[reached[-1][0]]}. ")
+    if unobserved:
+        names = [titles.get(st, st) for st in unobserved]
+        names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        parts.append(f"{names} did not fire for this graph, so nothing is measured there"
+                     + (": the run ended with an exception (Ended, above). " if raised else
+                        " (the Counts section shows which hooks did not fire). "))
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
         parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
@@ -915,13 +930,13 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
         else:
             state = "fired"
         line = (f"  {titles.get(row['stage'], row['stage']):<26} {state:<13} hooks {row['resolved']}/{row['hooks']} "
-                f"resolved, {row['fired']} events, {row['objects']} objects")
+                f"resolved, {_n(row['fired'], 'event')}, {_n(row['objects'], 'object')}")
         if row.get("boundary"):
             line += f" (+{row['boundary']} placeholders and outputs)"
         if row.get("outside_compile"):
             line += f" (+{row['outside_compile']} taken while no compile ran)"
         if row["errors"]:
-            line += f", {row['errors']} probe errors"
+            line += f", {_n(row['errors'], 'probe error')}"
         if row.get("raised") and not row["observed"]:
             line += f", {row['raised']} call{'s' if row['raised'] != 1 else ''} raised (the compile failed inside it)"
         out.append(line)
