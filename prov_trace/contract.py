@@ -81,11 +81,13 @@ class ProbeCall:
 
 #: A probe turns a call into a plain-data payload.
 Probe = Callable[[ProbeCall], dict]
-#: (stage, frame) -> (compile id, graph kind); reads the compiler's own state.
-Context = Callable[[str, types.FrameType], tuple]
+#: (stage, frame, the call's return value or None, a dict the session keeps for it) -> (compile id, graph
+#: kind); reads the compiler's own state. The dict starts empty with each session: what the context must
+#: remember between calls (the exported programs it has numbered) lives there, not in the module.
+Context = Callable[[str, types.FrameType, Any, dict], tuple]
 
 
-def no_context(stage: str, frame: types.FrameType) -> tuple:
+def no_context(stage: str, frame: types.FrameType, retval: Any = None, state: dict | None = None) -> tuple:
     return (None, None)
 
 

@@ -105,6 +105,64 @@ def export_aoti(tmp_path_factory) -> Run:
     return Run(proc, d / "t.msgpack", d / "audit.md", d)
 
 
+@pytest.fixture(scope="session")
+def two_exports(tmp_path_factory):
+    """Two programs exported (the second strict, which runs Dynamo inside torch.export), then packaged in
+    the other order: each export's stages must stay its own, whatever order AOTInductor compiles them in."""
+    import torch
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            y = torch.exp(x)
+            return y / y.sum(dim=-1, keepdim=True)
+
+    def body(torch, m):
+        x = torch.randn(2, 128)
+        mlp = torch.export.export(m.eval(), (x,))
+        soft = torch.export.export(Softmax().eval(), (x,), strict=True)
+        d = tmp_path_factory.mktemp("two_exports_pt2")
+        for name, ep in (("soft", soft), ("mlp", mlp)):
+            torch._inductor.aoti_compile_and_package(ep, package_path=str(d / f"{name}.pt2"))
+
+    return _trace(tmp_path_factory, "two_exports", body)
+
+
+@pytest.fixture(scope="session")
+def nested(tmp_path_factory):
+    """Graphs inside graphs: a checkpointed region (trained: forward and backward), then a torch.cond."""
+    def body(torch, m):
+        from torch.utils.checkpoint import checkpoint
+
+        class Checkpointed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+            def inner(self, x):
+                h = torch.relu(self.fc1(x))
+                return self.fc2(h)
+
+            def forward(self, x):
+                y = checkpoint(self.inner, x, use_reentrant=False)
+                return (y * 2).sum()
+
+        class Cond(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                h = self.fc(x)
+                h = torch.cond(h.sum() > 0, lambda t: torch.relu(t), lambda t: torch.tanh(t), (h,))
+                return h * 3
+
+        torch.compile(Checkpointed())(torch.randn(4, 16)).backward()
+        with torch.no_grad():
+            torch.compile(Cond(), fullgraph=True)(torch.randn(4, 16))
+
+    return _trace(tmp_path_factory, "nested", body)
+
+
 def _cells(g):
     return {r["field"]: {st: (c["state"], c["n"], c["total"]) for st, c in r["cells"].items()} for r in g["matrix"]}
 
@@ -232,6 +290,64 @@ def test_export_and_aoti_agree_with_inductors_own_record(export_aoti):
     assert assert_matches_inductor(model, export_aoti.workdir / "torch_trace") == 1
     assert model["graphs"][0]["mappings"]["kernel_to_post"] == {
         "aoti_torch_cpu_addmm_out": ["addmm", "addmm_1"], "cpp_fused_relu_0": ["relu"]}
+
+
+def test_each_export_is_its_own_graph_whatever_order_they_are_compiled_in(two_exports):
+    """Two exports in one trace were one `export` graph: the second's IR ops replaced the first's (same buffer
+    names), and a strict export's Inductor stages went to a `0/0` graph of their own."""
+    _, model = two_exports
+    assert [g["label"] for g in model["graphs"]] == ["export inference", "export-2 inference"]
+    mlp, soft = model["graphs"]
+    assert mlp["backend"] == soft["backend"] == "torch.export"
+    names = {g["label"]: {st: [o["name"] for o in d["objects"]] for st, d in g["stages"].items() if d["observed"]}
+             for g in (mlp, soft)}
+    assert names["export inference"]["export_graph"] == ["linear", "relu", "linear_1"]
+    assert names["export inference"]["post_grad"] == ["permute", "addmm", "relu", "permute_1", "addmm_1"]
+    assert "aoti_torch_cpu_addmm_out" in names["export inference"]["kernel_spec"]
+    assert "dynamo_graph" not in names["export inference"]
+    # The strict export: Dynamo ran inside torch.export, and AOTInductor restored that Dynamo compile id.
+    assert names["export-2 inference"]["dynamo_graph"] == ["y", "sum_1", "res"]
+    assert names["export-2 inference"]["export_graph"] == ["exp", "sum_1", "div"]
+    assert names["export-2 inference"]["kernel_spec"] == ["cpp_fused_div_exp_sum_0"]
+    for g in (mlp, soft):
+        assert {r["text"]: r["last_stage"] for r in g["survival"] if r["user"] and not r["note"]} == (
+            {"x = self.fc1(x)": "artifact", "x = torch.relu(x)": "kernel_spec", "x = self.fc2(x)": "artifact"}
+            if g is mlp else {"y = torch.exp(x)": "kernel_spec", "return y / y.sum(dim=-1, keepdim=True)": "kernel_spec"})
+    # (No INDUCTOR_PROVENANCE here: Inductor writes the fused kernels' provenance comments only with it; the
+    # extern calls' comments always.)
+    # Softmax compiled first: its records come before the MLP's Inductor records in the stream.
+    from prov_trace.stream.reader import read_trace
+
+    order = [r["compile_id"] for r in read_trace(two_exports[0]).records
+             if r.get("phase") == "entry" and r.get("stage") == "pre_grad"]
+    assert order == ["export-2", "export"]
+
+
+def test_nested_graphs_are_read_at_every_fx_stage(nested):
+    """A torch.cond's branches and a checkpointed region are graphs inside the graph. Inductor's pre- and
+    post-grad passes visit them, so those stages held their nodes while the Dynamo and AOT graphs did not:
+    the checkpointed lines read as not attached at the Dynamo graph, then attached at pre-grad."""
+    _, model = nested
+    assert [g["label"] for g in model["graphs"]] == ["0/0 forward", "0/0 backward", "1/0 inference"]
+    fwd, _, cond = model["graphs"]
+
+    def names(g, st):
+        return [o["name"] for o in g["stages"][st]["objects"]]
+
+    # The checkpointed region's nodes come first, as Inductor's recursive passes visit them.
+    assert names(fwd, "dynamo_graph") == names(fwd, "pre_grad") == \
+        ["linear", "h", "linear_1", "tag_activation_checkpoint", "y", "mul", "sum_1"]
+    rows = {r["text"]: r for r in fwd["survival"]}
+    for text in ("h = torch.relu(self.fc1(x))", "return self.fc2(h)"):
+        assert rows[text]["counts"]["dynamo_graph"] == rows[text]["counts"]["pre_grad"] > 0, rows[text]
+        assert rows[text]["last_stage"] == "artifact" and rows[text]["lost_at"] is None, rows[text]
+    assert names(cond, "dynamo_graph") == names(cond, "pre_grad") == \
+        ["relu", "tanh", "h", "sum_1", "gt", "cond", "h_1", "mul"]
+    assert names(cond, "aot_graph") == names(cond, "post_grad") == \
+        ["relu", "tanh", "permute", "addmm", "sum_1", "gt", "cond", "getitem", "mul"]
+    # A nested node keeps its own graph: the branches are two graphs besides the top one.
+    assert len({o["graph_id"] for o in cond["stages"]["dynamo_graph"]["objects"]}) == 3
+    assert len(cond["stages"]["dynamo_graph"]["boundary"]) == len(cond["stages"]["pre_grad"]["boundary"]) == 10
 
 
 # --- dynamic shapes and modes --------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
+from typing import Any
 
 from prov_trace.stream import schema
 
@@ -44,7 +46,82 @@ def graph_kind(frame: types.FrameType | None) -> str | None:
 
 
 #: The compile id of what torch.export and AOTInductor compile: no Dynamo compile id is current there.
+#: The session's first exported program is ``export``, its second ``export-2``, and so on.
 EXPORT_ID = "export"
+#: How far up from a stage's frame to look for torch.export's ``_export`` or AOTInductor's call.
+_MAX_EXPORT_WALK = 200
+
+
+def _is_export_frame(code: types.CodeType) -> bool:
+    return code.co_name == "_export" and code.co_filename.replace("\\", "/").endswith("torch/export/_trace.py")
+
+
+def _running_export(state: dict, frame: types.FrameType | None) -> str | None:
+    """The id of the export running above this frame (a strict export runs Dynamo inside ``_export``),
+    reserved until ``_export`` returns its program; None outside an export."""
+    f = frame
+    for _ in range(_MAX_EXPORT_WALK):
+        if f is None:
+            return None
+        if _is_export_frame(f.f_code):
+            pending = state.get("pending")
+            if pending is not None and pending[0] == id(f):
+                return pending[1]
+            if pending is not None:  # an export that raised before returning: its number is spent
+                state["n_exports"] = state.get("n_exports", 0) + 1
+            n = state.get("n_exports", 0) + 1
+            eid = EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
+            state["pending"] = (id(f), eid)
+            return eid
+        f = f.f_back
+    return None
+
+
+def _export_id(state: dict, ep: Any, frame: types.FrameType) -> str:
+    """The id of the ExportedProgram ``_export`` (``frame``) returned: numbered in the order this session's
+    exports ran; the number reserved while it ran, if a stage inside it (strict export's Dynamo) took one."""
+    exports = state.setdefault("exports", {})
+    got = exports.get(id(ep))
+    if got is not None and got[0]() is ep:
+        return got[1]
+    pending = state.pop("pending", None)
+    if pending is not None and pending[0] != id(frame):  # an earlier export that raised
+        state["n_exports"] = state.get("n_exports", 0) + 1
+    n = state["n_exports"] = state.get("n_exports", 0) + 1
+    eid = EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
+    state["last_export"] = eid
+    try:
+        exports[id(ep)] = (weakref.ref(ep), eid)
+    except TypeError:  # not weak-referenceable: an id alone could be reused, so it is not remembered
+        pass
+    return eid
+
+
+def _compiled_export(state: dict, frame: types.FrameType | None) -> str | None:
+    """Which of this session's exported programs AOTInductor is compiling: the ``exported_program`` of the
+    call above (``aoti_compile_and_package``); None when no frame above holds one."""
+    exports = state.get("exports")
+    f = frame
+    for _ in range(_MAX_EXPORT_WALK if exports else 0):
+        if f is None:
+            break
+        if "exported_program" in f.f_code.co_varnames:
+            ep = f.f_locals.get("exported_program")
+            got = exports.get(id(ep))
+            if got is not None and got[0]() is ep:
+                return got[1]
+        f = f.f_back
+    return None
+
+
+def _aot_compiling() -> bool:
+    """AOTInductor is compiling (``compile_fx_aot``): it restores the Dynamo compile id a strict export's graph
+    carries, so that id names the export's Dynamo run, not a torch.compile."""
+    virtualized = sys.modules.get("torch._inductor.virtualized")
+    try:
+        return bool(virtualized is not None and virtualized.V.aot_compilation)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def aot_graph_kind(frame: types.FrameType | None) -> str | None:
@@ -59,17 +136,25 @@ def aot_graph_kind(frame: types.FrameType | None) -> str | None:
     return graph_kind(frame)
 
 
-def inductor_context(stage: str, frame: types.FrameType) -> tuple[str | None, str | None]:
-    if stage == schema.SOURCE:
-        if frame.f_code.co_name == "_export":
-            return EXPORT_ID, None
-        cid = frame.f_locals.get("compile_id")
-        return (None if cid is None else str(cid)), None
-    if stage == schema.EXPORT_GRAPH:
-        return EXPORT_ID, None
+def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
+                     state: dict | None = None) -> tuple[str | None, str | None]:
+    state = {} if state is None else state
+    if stage == schema.EXPORT_GRAPH or (stage == schema.SOURCE and _is_export_frame(frame.f_code)):
+        return _export_id(state, retval, frame), None
+    if stage in (schema.SOURCE, schema.DYNAMO_GRAPH):
+        # A strict export runs Dynamo inside _export: what it compiles is that export's.
+        eid = _running_export(state, frame)
+        if eid is not None:
+            return eid, None
+        if stage == schema.SOURCE:
+            cid = frame.f_locals.get("compile_id")
+            return (None if cid is None else str(cid)), None
     cid = compile_id()
-    # No Dynamo compile is current: Inductor compiles an exported program (AOTInductor).
-    cid = EXPORT_ID if cid is None else cid
+    if state.get("exports") and (cid is None or _aot_compiling()):
+        # AOTInductor compiles an exported program: the one its caller names, else the last exported.
+        cid = _compiled_export(state, frame) or state.get("last_export", EXPORT_ID)
+    elif cid is None:
+        cid = EXPORT_ID
     if stage in (schema.PRE_GRAD, schema.DYNAMO_GRAPH):
         # The Dynamo graph, before AOT autograd splits it: shared by every graph of this compile id.
         return cid, None

@@ -178,14 +178,54 @@ def snapshot_node(node: Any) -> dict[str, Any]:
     return out
 
 
-def snapshot_graph(graph: Any) -> dict[str, Any]:
-    """Snapshot an ``fx.Graph`` (or a GraphModule's graph).
+#: Bound on the depth of nested graphs followed (a branch of a torch.cond inside a while_loop's body ...).
+MAX_NESTING = 16
 
-    Bounded: at most MAX_NODES nodes and MAX_GRAPH_BYTES packed bytes; the nodes past
+
+def nested_graphs(gm: Any) -> list[Any]:
+    """The graphs nested in a GraphModule, innermost first: each GraphModule a ``get_attr`` node names (a
+    torch.cond's branches, a checkpointed region, a while_loop's body), each once, in their nodes' order.
+    Inductor's pre- and post-grad passes visit them the same way (``_recursive_*_grad_passes``), so a stage
+    read from one call holds the same nodes as those read from one call per graph."""
+    out: list[Any] = []
+    seen = {id(getattr(gm, "graph", gm))}
+
+    def visit(mod: Any, depth: int) -> None:
+        graph = getattr(mod, "graph", None)
+        if graph is None or depth > MAX_NESTING:
+            return
+        for node in graph.nodes:
+            if node.op != "get_attr" or not isinstance(node.target, str):
+                continue
+            try:
+                sub = mod.get_submodule(node.target)
+            except Exception:  # noqa: BLE001 - a parameter or buffer, not a module
+                continue
+            sub_graph = getattr(sub, "graph", None)
+            if sub_graph is None or id(sub_graph) in seen or not hasattr(sub_graph, "nodes"):
+                continue
+            seen.add(id(sub_graph))
+            visit(sub, depth + 1)
+            out.append(sub_graph)
+
+    visit(gm, 1)
+    return out
+
+
+def snapshot_graph(graph: Any, nested: bool = False) -> dict[str, Any]:
+    """Snapshot an ``fx.Graph`` (or a GraphModule's graph); with ``nested``, the graphs nested in the
+    GraphModule first (`nested_graphs`), each of their nodes keyed with its own ``graph_id``.
+
+    Bounded: at most MAX_NODES nodes and MAX_GRAPH_BYTES packed bytes, all graphs together; the nodes past
     a bound are counted in ``cut_nodes`` (and ``cut_reason`` says which bound).
     """
+    inner = nested_graphs(graph) if nested else []
     graph = getattr(graph, "graph", graph)
     nodes = BoundedList(MAX_NODES, MAX_GRAPH_BYTES, "nodes")
+    for sub in inner:
+        gid = id(sub)
+        for node in sub.nodes:
+            nodes.add(lambda: {**snapshot_node(node), "graph_id": gid})  # noqa: B023 - called at once
     for node in graph.nodes:
         nodes.add(lambda: snapshot_node(node))  # noqa: B023 - called at once
     return {"graph_id": id(graph), "node_count": nodes.total, "nodes": nodes.items, **nodes.marks("cut_nodes")}

@@ -51,15 +51,15 @@ def input_shapes(gm: Any) -> list[str]:
 
 def probe_dynamo_graph(call: ProbeCall) -> dict:
     gm = call.arg("gm")
-    return {**fx.snapshot_graph(gm), "backend": backend_name(call.arg("self")), "inputs": input_shapes(gm)}
+    return {**fx.snapshot_graph(gm, nested=True), "backend": backend_name(call.arg("self")), "inputs": input_shapes(gm)}
 
 
 def probe_aot_forward(call: ProbeCall) -> dict:
-    return {**fx.snapshot_graph(call.arg("fw_module")), "is_inference": bool(call.arg("is_inference"))}
+    return {**fx.snapshot_graph(call.arg("fw_module"), nested=True), "is_inference": bool(call.arg("is_inference"))}
 
 
 def probe_aot_backward(call: ProbeCall) -> dict:
-    return {**fx.snapshot_graph(call.arg("bw_module")), "is_inference": False}
+    return {**fx.snapshot_graph(call.arg("bw_module"), nested=True), "is_inference": False}
 
 
 # --- torch.export ---------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def probe_export_graph(call: ProbeCall) -> dict:
     gm = getattr(call.retval, "graph_module", None)
     if gm is None:
         return {"error": "torch.export returned no graph_module"}
-    return {**fx.snapshot_graph(gm), "inputs": input_shapes(gm)}
+    return {**fx.snapshot_graph(gm, nested=True), "inputs": input_shapes(gm)}
 
 
 # --- AOTInductor's C++ -----------------------------------------------------------------------------

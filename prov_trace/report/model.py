@@ -994,9 +994,14 @@ EXPORT_ID = "export"
 EXPORT_PATH = "torch.export"
 
 
+def is_export_id(cid: Any) -> bool:
+    """``export``, ``export-2``, ...: the session's exported programs, in the order torch.export returned them."""
+    return isinstance(cid, str) and (cid == EXPORT_ID or (cid.startswith(EXPORT_ID + "-") and cid[7:].isdigit()))
+
+
 def _backend(cid: Any, by_stage: dict[str, list]) -> str | None:
     """The backend Dynamo handed this compile's graph to, as the Dynamo graph's probe read it."""
-    if cid == EXPORT_ID:
+    if is_export_id(cid):
         return EXPORT_PATH
     for r in by_stage.get(S.DYNAMO_GRAPH, []):
         p = r.get("payload")

@@ -90,7 +90,8 @@ def fx_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]
     for rec in records:
         p = rec.get("payload") or {}
         for node in p.get("nodes", []):
-            key = f"{p.get('graph_id')}:{node.get('name')}"
+            gid = node.get("graph_id", p.get("graph_id"))  # a nested graph's node names its own graph
+            key = f"{gid}:{node.get('name')}"
             objs[key] = {
                 "name": node.get("name"),
                 "kind": node.get("op"),
@@ -99,7 +100,7 @@ def fx_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]
                 "fields": field_row(node.get("fields", {})),
                 "from_node": _from_node_roots(node.get("fields", {}).get("from_node", {}).get("value")),
                 "sources": [node["source"]] if node.get("source") else [],
-                "graph_id": p.get("graph_id"),
+                "graph_id": gid,
             }
     return Read(list(objs.values()))
 

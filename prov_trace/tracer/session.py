@@ -133,6 +133,8 @@ class TraceSession:
         self._suspended: dict[int, _Frame] = {}
         self._lock = threading.RLock()
         self._calls = itertools.count(1)
+        #: The profile's context keeps what it must remember between calls here (contract.Context).
+        self._context_state: dict[str, Any] = {}
         self._active = False
         self.ended: dict[str, Any] | None = None
         #: Records of hooks with ``keep=True``, for the profile's ``finish`` step.
@@ -476,7 +478,7 @@ class TraceSession:
         state.fired += 1
         base = {"stage": hook.stage, "target": hook.target, "phase": phase, "call": call, "thread": _thread()}
         try:
-            compile_id, graph = self.profile.context(hook.stage, frame)
+            compile_id, graph = self.profile.context(hook.stage, frame, retval, self._context_state)
         except Exception:  # noqa: BLE001
             compile_id, graph = None, None
         base["compile_id"] = compile_id
