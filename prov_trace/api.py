@@ -430,8 +430,8 @@ def check_torch(log: Callable[[str], None]) -> None:
 
 def spyre_profile_check(profile: str) -> None:
     if profile not in ("auto", "spyre"):
-        raise UsageError(f"--torch-spyre compiles through torch-spyre, which only the spyre profile watches: "
-                         f"drop --profile {profile}, or give --profile spyre")
+        raise UsageError(f"{voice.opt('--torch-spyre')} compiles through torch-spyre, which only the spyre profile "
+                         f"watches: drop {voice.given('--profile', profile)}, or give {voice.given('--profile', 'spyre')}")
 
 
 def activate_spyre(torch_spyre: str | os.PathLike[str], *, launch: str = "raise", log: Log = quiet) -> Any:
@@ -603,7 +603,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         output = following.with_rank(output, rank)
         report = following.with_rank(report_path_for(report, report_format), rank) if report is not None else None
         log(f"this process is rank {rank} of a multi-process job: its trace is {output}"
-            + (f" and its report {report}" if report is not None else "") + " (give -o DIR/ for every rank's "
+            + (f" and its report {report}" if report is not None else "") + f" (give {voice.given('-o', 'DIR/')} for every rank's "
             "stream in one directory)")
     files.check_writable(output, "trace")
     fmt = None
@@ -627,8 +627,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
             spyre_profile_check(profile)
             if kind == runner.MODEL and device is not None and device.split(":", 1)[0] != "spyre":
                 # Elsewhere stock Inductor would compile it, under a report that says torch-spyre did.
-                raise UsageError(f"--torch-spyre compiles a model on the spyre device, not on {device}: drop --device "
-                                 f"{device}, or drop --torch-spyre to compile it with stock Inductor")
+                raise UsageError(f"{voice.opt('--torch-spyre')} compiles a model on the spyre device, not on {device}: "
+                                 f"drop {voice.given('--device', device)}, or drop {voice.opt('--torch-spyre')} to "
+                                 "compile it with stock Inductor")
             # A model is run once, so every graph compiles before the one error (a graph break needs that);
             # a script stops at its first launch, as it would on a machine without the device.
             spyre = activate_spyre(torch_spyre, launch="defer" if kind == runner.MODEL else "raise", log=log)
@@ -636,10 +637,10 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 device = device or "spyre"
                 if dtype is None:
                     dtype = SPYRE_DTYPE
-                    log(f"weights and inputs in {SPYRE_DTYPE}: torch-spyre refuses float32 matmuls (--dtype chooses)")
+                    log(f"weights and inputs in {SPYRE_DTYPE}: torch-spyre refuses float32 matmuls ({voice.opt('--dtype')} chooses)")
                 elif dtype == "float32":
                     log("warning: torch-spyre refuses float32 matmuls, so a model with one fails to compile in "
-                        f"float32 (--dtype {SPYRE_DTYPE} is its default)")
+                        f"float32 ({voice.given('--dtype', SPYRE_DTYPE)} is its default)")
         dtype, device = dtype or "float32", device or "cpu"
 
         model = inputs = None
@@ -726,7 +727,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                               if isinstance(exc, Exception) and spyre is None else None)
                     if misfit is not None:  # it fails uncompiled too: the inputs, not the compile
                         log(f"error: {type(model).__name__} fails on the inputs from {origin} without compiling too "
-                            f"({misfit}): give inputs it takes (--input-shape, or example_inputs() in its file); "
+                            f"({misfit}): give inputs it takes ({voice.opt('--input-shape')}, or example_inputs() in its file); "
                             "the trace holds what was traced before the failure")
                         exit_code = EXIT_BAD_INPUT
                     else:
@@ -793,7 +794,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 built = _write_report(trace_abs, report_abs, fmt, log, shown=report)
                 if not follow and built is not None and not built.model["graphs"]:
                     log("this process compiled nothing; any process the program started (torchrun's ranks, "
-                        "multiprocessing workers) was not traced, as --no-follow asks")
+                        f"multiprocessing workers) was not traced, as {voice.opt('--no-follow')} asks")
     finally:
         sigterm.restore()
         held.restore()
@@ -825,7 +826,8 @@ def _checked_outputs(kind: str, target: str | None, module: str | None, output: 
     files.refuse_inputs_as_outputs(outputs, inputs)
     if report is not None and files.output_kind(output) == "through":
         raise UsageError(f"the trace path {output} is {files.describe(output)}: the report is built by reading the "
-                         "trace back, which it cannot give; give -o a regular file, or add --no-report")
+                         f"trace back, which it cannot give; give {voice.opt('-o')} a regular file, or "
+                         f"{'add' if voice.opt('--no-report') == '--no-report' else 'pass'} {voice.opt('--no-report')}")
     return os.path.abspath(output), (os.path.abspath(report) if report is not None else None)
 
 

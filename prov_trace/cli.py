@@ -193,9 +193,11 @@ class _Group(click.Group):
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+            with voice.command_line():
+                return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
-            code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
+            with voice.command_line():  # messages name options as the command line spells them
+                code = super().main(args, prog_name or "prov-trace", complete_var, standalone_mode=False, **extra)
         except (BrokenPipeError, _StdoutClosed):
             _end_by_sigpipe()
         except _StdoutFailed as exc:

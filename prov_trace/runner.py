@@ -20,7 +20,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from prov_trace import torchver
+from prov_trace import torchver, voice
 from prov_trace.errors import UsageError
 from prov_trace.probes import source as source_probe
 from prov_trace.signals import Terminated
@@ -37,7 +37,8 @@ def classify(target: str | None, module_name: str | None) -> str:
     if module_name:
         return MODULE
     if target is None:
-        raise UsageError("nothing to run: give a model (file.py:Class), a script (file.py), or -m MODULE; see --help")
+        raise UsageError(f"nothing to run: give a model (file.py:Class), a script (file.py), or "
+                         f"{voice.given('-m', 'MODULE')}; see {voice.opt('--help')}")
     if ModelTarget.parse(target) is not None and not os.path.isfile(target):
         return MODEL
     if os.path.isdir(target):  # python runs a directory's __main__.py; prov-trace runs source files
@@ -133,9 +134,11 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise UsageError(f"--input-shape '{text}' is not a shape: write it as comma-separated sizes, e.g. 2,128") from None
+        raise UsageError(f"{voice.given('--input-shape', text, quote=True)} is not a shape: write it as "
+                         "comma-separated sizes, e.g. 2,128") from None
     if not shape or any(s <= 0 for s in shape):
-        raise UsageError(f"--input-shape '{text}' is not a shape: every size must be a positive integer, e.g. 2,128")
+        raise UsageError(f"{voice.given('--input-shape', text, quote=True)} is not a shape: every size must be a "
+                         "positive integer, e.g. 2,128")
     return shape
 
 
@@ -147,9 +150,10 @@ def example_inputs(model: Any, module: types.ModuleType, shape: str | None, dtyp
         tdtype = getattr(torch, dtype)
         assert isinstance(tdtype, torch.dtype)
     except (AttributeError, AssertionError):
-        raise UsageError(f"--dtype {dtype} is not a torch dtype: use e.g. float32, bfloat16, float16") from None
+        raise UsageError(f"{voice.given('--dtype', dtype)} is not a torch dtype: use e.g. float32, bfloat16, "
+                         "float16") from None
     if shape:
-        return (torch.randn(parse_shape(shape), dtype=tdtype, device=device),), f"--input-shape {shape}"
+        return (torch.randn(parse_shape(shape), dtype=tdtype, device=device),), voice.given("--input-shape", shape)
     fn = getattr(module, "example_inputs", None)
     if callable(fn):
         inputs = fn()
@@ -166,7 +170,7 @@ def example_inputs(model: Any, module: types.ModuleType, shape: str | None, dtyp
         if any(True for _ in sub.parameters(recurse=False)):
             break
     raise UsageError(
-        "cannot infer the model's input: pass --input-shape (e.g. --input-shape 2,128), "
+        f"cannot infer the model's input: pass {voice.opt('--input-shape')} (e.g. {voice.given('--input-shape', '2,128')}), "
         "or define example_inputs() in the model's file"
     )
 
@@ -216,9 +220,11 @@ def check_device(device: str) -> None:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise UsageError(f"--device {device} is not a device torch knows ({_first_line(exc)}): use e.g. cpu or cuda:0") from None
+        raise UsageError(f"{voice.given('--device', device)} is not a device torch knows ({_first_line(exc)}): "
+                         "use e.g. cpu or cuda:0") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}, but this torch sees no CUDA device: leave --device out to run on the cpu")
+        raise UsageError(f"{voice.given('--device', device)}, but this torch sees no CUDA device: leave "
+                         f"{voice.opt('--device')} out to run on the cpu")
 
 
 def to_device(model: Any, device: str) -> Any:
@@ -226,7 +232,7 @@ def to_device(model: Any, device: str) -> Any:
     try:
         return model.to(device)
     except (RuntimeError, AssertionError) as exc:
-        raise UsageError(f"cannot put the model on --device {device}: {_first_line(exc)}") from None
+        raise UsageError(f"cannot put the model on {voice.given('--device', device)}: {_first_line(exc)}") from None
 
 
 def model_device(model: Any, default: str) -> str:

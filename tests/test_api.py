@@ -299,7 +299,12 @@ def test_run_refuses_what_it_cannot_use_before_anything_runs(tmp_path):
         (dict(target=str(tmp_path / "s.py"), args=["--steps", 3]), r"^args holds 3 \(int\): every argument is a string"),
         (dict(target=model, input_shape=2.5), r"^input_shape is 2.5 \(float\): give sizes as \(2, 128\) or '2,128'$"),
         # A tuple is read as its sizes: here refused for its zero, before the model's module is imported.
-        (dict(target=model, input_shape=(0, 128)), "^--input-shape '0,128' is not a shape: every size must be a positive"),
+        (dict(target=model, input_shape=(0, 128)), "^input_shape='0,128' is not a shape: every size must be a positive"),
+        # Options are named as the caller wrote them: keywords, not the command line's flags.
+        (dict(target=model, device="tpu"), r"^device='tpu' is not a device torch knows \(.*\): use e.g. cpu or cuda:0$"),
+        (dict(target=model, dtype="float31"), r"^dtype='float31' is not a torch dtype: use e.g. float32"),
+        (dict(target=None), r"^nothing to run: give a model \(file.py:Class\), a script \(file.py\), or module='MODULE'; "
+                            r"see help\(prov_trace.run\)$"),
     ]
     for kw, message in cases:
         with pytest.raises(prov_trace.UsageError, match=message):

@@ -7,6 +7,7 @@ import sys
 import types
 from typing import Any
 
+from prov_trace import voice
 from prov_trace.contract import ENTRY, RESUME, RETURN, YIELD
 from prov_trace.tracer.backends.base import Backend, BackendUnavailable, Dispatch
 
@@ -62,7 +63,7 @@ class MonitoringBackend(Backend):
             break
         else:
             if self.requested_id is not None:
-                raise BackendUnavailable(f"sys.monitoring tool id {taken[0]} is taken: choose another with --tool-id")
+                raise BackendUnavailable(f"sys.monitoring tool id {taken[0]} is taken: choose another with {voice.opt('--tool-id')}")
             raise BackendUnavailable(
                 "every sys.monitoring tool id prov-trace may use is taken: " + ", ".join(taken)
             )
