@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import types
 from typing import Any
 
 from prov_trace.probes.snapshot import (
@@ -146,6 +147,34 @@ def _meta_keys(keys: list[Any]) -> list[str]:
     return list(hit)
 
 
+#: Callables whose name attributes are plain slots: reading them runs no user code.
+_NAMED_CALLABLES = (types.BuiltinFunctionType, types.FunctionType, types.MethodDescriptorType,
+                    types.WrapperDescriptorType, types.ClassMethodDescriptorType)
+#: A builtin's module as Python spells it for a reader (``operator.getitem``, not ``_operator.getitem``).
+_MODULE_ALIASES = {"_operator": "operator", "builtins": ""}
+
+
+def target_name(target: Any) -> str:
+    """An FX node's target as a reader knows it: ``torch.relu``, ``torch._C._nn.linear``, ``operator.getitem``,
+    ``TensorBase.add``, ``torch.nn.functional.dropout``; a string target (a method, a module, an attribute)
+    as it is; torch's own objects (``aten.addmm.default``, a higher-order op) by their str()."""
+    if type(target) in _NAMED_CALLABLES:
+        try:
+            name = object.__getattribute__(target, "__qualname__" if type(target) is types.FunctionType else "__name__")
+            owner = getattr(target, "__objclass__", None) if isinstance(target, (
+                types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType)) else None
+            if owner is not None:
+                prefix = type.__getattribute__(owner, "__qualname__")
+            else:
+                prefix = object.__getattribute__(target, "__module__") or ""
+                prefix = _MODULE_ALIASES.get(prefix, prefix)
+            if isinstance(name, str) and isinstance(prefix, str):
+                return cut_str(f"{prefix}.{name}" if prefix else name, 400)
+        except Exception:  # noqa: BLE001 - fall back to the type's name below
+            pass
+    return safe_str(target, 400)
+
+
 def snapshot_node(node: Any) -> dict[str, Any]:
     meta = node.meta
     fields = {}
@@ -165,7 +194,7 @@ def snapshot_node(node: Any) -> dict[str, Any]:
     out = {
         "name": safe_str(node.name, 400),
         "op": safe_str(node.op, 200),
-        "target": safe_str(node.target, 400),
+        "target": target_name(node.target),
         "inputs": [safe_str(n.name, 400) for n in inputs[:MAX_NAMES]],
         "meta_keys": _meta_keys(keys),
         "fields": fields,
