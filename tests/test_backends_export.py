@@ -341,6 +341,17 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
     for text in ("h = torch.relu(self.fc1(x))", "return self.fc2(h)"):
         assert rows[text]["counts"]["dynamo_graph"] == rows[text]["counts"]["pre_grad"] > 0, rows[text]
         assert rows[text]["last_stage"] == "artifact" and rows[text]["lost_at"] is None, rows[text]
+    # FX targets read as their names, not as the type of a builtin.
+    targets = {o["name"]: o["target"] for o in fwd["stages"]["dynamo_graph"]["objects"]}
+    assert targets == {"linear": "torch._C._nn.linear", "h": "torch.relu", "linear_1": "torch._C._nn.linear",
+                       "tag_activation_checkpoint": "tag_activation_checkpoint", "y": "operator.getitem",
+                       "mul": "operator.mul", "sum_1": "sum"}
+    # The checkpoint call's line holds only the wrapper and its getitem, which AOT inlines: dropped by design,
+    # not a loss (it was the first "loss" of the graph, pre-grad -> AOT graph).
+    call = rows["y = checkpoint(self.inner, x, use_reentrant=False)"]
+    assert call["note"].startswith("a wrapper op's call") and call["last_stage"] == "pre_grad", call
+    assert call["lost_at"] is None and call["counts"]["aot_graph"] == 0
+    assert all(grp["to"] != "aot_graph" for grp in fwd["losses"]), fwd["losses"]
     assert names(cond, "dynamo_graph") == names(cond, "pre_grad") == \
         ["relu", "tanh", "h", "sum_1", "gt", "cond", "h_1", "mul"]
     assert names(cond, "aot_graph") == names(cond, "post_grad") == \

@@ -633,6 +633,35 @@ def _mark_untraced_lines(graphs: list[dict[str, Any]]) -> None:
                 row["lost_at"], row["lost_by"] = None, []
 
 
+#: Dynamo's higher-order ops that wrap a function's graph and that AOT autograd inlines: the wrapped code's
+#: ops take its own lines with them, and the call's line keeps nothing.
+WRAPPER_OPS = ("tag_activation_checkpoint", "wrap_activation_checkpoint", "wrap_with_autocast",
+               "wrap_with_set_grad_enabled")
+#: A survival row's note when all its line held was such a wrapper's call (``checkpoint(self.block, x)``).
+WRAPPER = "a wrapper op's call: AOT inlines it, and the wrapped code's ops carry that code's lines"
+
+
+def _mark_wrappers(graphs: list[dict[str, Any]]) -> None:
+    """A line whose every node is a wrapper op's call (``y = checkpoint(self.inner, x)``: the
+    ``tag_activation_checkpoint`` node and the ``getitem`` of its result) is lost where AOT inlines it, by
+    design: the ops it ran are the wrapped function's, and they carry that function's lines. Not a loss."""
+    for g in graphs:
+        for row in g["survival"]:
+            st = row["last_stage"]
+            if row["note"] or row["lost_at"] is None or st not in S.FX_STAGES:
+                continue
+            by_name = {o["name"]: o for o in (g["stages"].get(st) or {}).get("objects", [])}
+            carriers = [by_name.get(n) for n in row["carriers"].get(st, [])]
+            if not carriers or any(o is None for o in carriers):
+                continue
+            wrappers = {o["name"] for o in carriers if str(o.get("target")) in WRAPPER_OPS}
+            if wrappers and all(o["name"] in wrappers or (str(o.get("target")) == "operator.getitem"
+                                                           and set(o.get("inputs") or []) <= wrappers)
+                                for o in carriers):
+                row["note"] = WRAPPER
+                row["lost_at"], row["lost_by"] = None, []
+
+
 def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows a headline counts: the user's own lines that hold an op of this graph."""
     return [r for r in g["survival"] if r["user"] and not r["note"]]
@@ -894,6 +923,7 @@ def build(trace: Trace) -> ReportModel:
     _mark_other_graphs(graphs)
     _mark_graph_breaks(graphs, frames_without_graph)
     _mark_untraced_lines(graphs)
+    _mark_wrappers(graphs)
     _mark_model_files(graphs)
     for g in graphs:
         g["headline"] = _headline(g, stage_order)

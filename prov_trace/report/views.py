@@ -491,7 +491,9 @@ def _survival(g: dict[str, Any], order: list[str], titles: dict[str, str]) -> Se
     rows, library = [], []
     for s in g["survival"]:
         sid = src_id(s)
-        if s.get("note"):
+        if s.get("note") and s["last_stage"]:  # carried, then dropped by design (a wrapper op AOT inlines)
+            last, lost = titles.get(s["last_stage"], "—"), s["note"]
+        elif s.get("note"):
             last, lost = s["note"], "—"
         else:
             last = titles.get(s["last_stage"], "—") if s["last_stage"] else "never attached"
