@@ -84,12 +84,16 @@ def _export_id(state: dict, ep: Any, frame: types.FrameType) -> str:
     got = exports.get(id(ep))
     if got is not None and got[0]() is ep:
         return got[1]
+    returned = state.get("returned")  # the other hook on the same return (Source and Export graph share it)
+    if returned is not None and returned[:2] == (id(frame), id(ep)):  # ids only: the program is the caller's
+        return returned[2]
     pending = state.pop("pending", None)
     if pending is not None and pending[0] != id(frame):  # an earlier export that raised
         state["n_exports"] = state.get("n_exports", 0) + 1
     n = state["n_exports"] = state.get("n_exports", 0) + 1
     eid = EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
     state["last_export"] = eid
+    state["returned"] = (id(frame), id(ep), eid)
     try:
         exports[id(ep)] = (weakref.ref(ep), eid)
     except TypeError:  # not weak-referenceable: an id alone could be reused, so it is not remembered
