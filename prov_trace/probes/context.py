@@ -56,6 +56,15 @@ def _is_export_frame(code: types.CodeType) -> bool:
     return code.co_name == "_export" and code.co_filename.replace("\\", "/").endswith("torch/export/_trace.py")
 
 
+def _next_export(state: dict, spend: bool) -> str:
+    """The id the session's next exported program takes (``spend``: an earlier export raised before
+    returning, so the number it reserved is skipped)."""
+    if spend:
+        state["n_exports"] = state.get("n_exports", 0) + 1
+    n = state.get("n_exports", 0) + 1
+    return EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
+
+
 def _running_export(state: dict, frame: types.FrameType | None) -> str | None:
     """The id of the export running above this frame (a strict export runs Dynamo inside ``_export``),
     reserved until ``_export`` returns its program; None outside an export."""
@@ -67,10 +76,7 @@ def _running_export(state: dict, frame: types.FrameType | None) -> str | None:
             pending = state.get("pending")
             if pending is not None and pending[0] == id(f):
                 return pending[1]
-            if pending is not None:  # an export that raised before returning: its number is spent
-                state["n_exports"] = state.get("n_exports", 0) + 1
-            n = state.get("n_exports", 0) + 1
-            eid = EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
+            eid = _next_export(state, spend=pending is not None)
             state["pending"] = (id(f), eid)
             return eid
         f = f.f_back
@@ -88,10 +94,8 @@ def _export_id(state: dict, ep: Any, frame: types.FrameType) -> str:
     if returned is not None and returned[:2] == (id(frame), id(ep)):  # ids only: the program is the caller's
         return returned[2]
     pending = state.pop("pending", None)
-    if pending is not None and pending[0] != id(frame):  # an earlier export that raised
-        state["n_exports"] = state.get("n_exports", 0) + 1
-    n = state["n_exports"] = state.get("n_exports", 0) + 1
-    eid = EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
+    eid = _next_export(state, spend=pending is not None and pending[0] != id(frame))
+    state["n_exports"] = state.get("n_exports", 0) + 1
     state["last_export"] = eid
     state["returned"] = (id(frame), id(ep), eid)
     try:

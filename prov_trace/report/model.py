@@ -646,11 +646,14 @@ def _mark_wrappers(graphs: list[dict[str, Any]]) -> None:
     ``tag_activation_checkpoint`` node and the ``getitem`` of its result) is lost where AOT inlines it, by
     design: the ops it ran are the wrapped function's, and they carry that function's lines. Not a loss."""
     for g in graphs:
+        by_stage: dict[str, dict[str, Any]] = {}  # each stage's objects by name, built once per graph
         for row in g["survival"]:
             st = row["last_stage"]
             if row["note"] or row["lost_at"] is None or st not in S.FX_STAGES:
                 continue
-            by_name = {o["name"]: o for o in (g["stages"].get(st) or {}).get("objects", [])}
+            if st not in by_stage:
+                by_stage[st] = {o["name"]: o for o in (g["stages"].get(st) or {}).get("objects", [])}
+            by_name = by_stage[st]
             carriers = [by_name.get(n) for n in row["carriers"].get(st, [])]
             if not carriers or any(o is None for o in carriers):
                 continue
@@ -1026,7 +1029,8 @@ EXPORT_PATH = "torch.export"
 
 def is_export_id(cid: Any) -> bool:
     """``export``, ``export-2``, ...: the session's exported programs, in the order torch.export returned them."""
-    return isinstance(cid, str) and (cid == EXPORT_ID or (cid.startswith(EXPORT_ID + "-") and cid[7:].isdigit()))
+    prefix = EXPORT_ID + "-"
+    return isinstance(cid, str) and (cid == EXPORT_ID or (cid.startswith(prefix) and cid[len(prefix):].isdigit()))
 
 
 def _backend(cid: Any, by_stage: dict[str, list]) -> str | None:

@@ -940,7 +940,7 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
         if row["errors"]:
             line += f", {_n(row['errors'], 'probe error')}"
         if row.get("raised") and not row["observed"]:
-            line += f", {row['raised']} call{'s' if row['raised'] != 1 else ''} raised (the compile failed inside it)"
+            line += f", {_n(row['raised'], 'call')} raised (the compile failed inside it)"
         out.append(line)
         if state == "off path":
             out.append(f"      {row['off_path']}")
