@@ -300,8 +300,64 @@ def test_a_compile_that_fails_inside_inductor_says_where_the_measure_stops(tmp_p
     text = (tmp_path / "r.md").read_text()
     assert "No line is lost on the way" not in text
     assert ("No line is lost up to LoopLevelIR (post-pass). Kernel spec and Artifact did not fire for this graph, so "
-            "nothing is measured there: the run ended with an exception (Ended, above).") in text, text
+            "nothing is measured there: its compile stopped inside `GraphLowering.compile_to_module` (Artifact's "
+            "hook), whose call did not return, and the run ended with an exception (Ended, above).") in text, text
     import prov_trace
 
     hl = prov_trace.load(tmp_path / "t.msgpack").model["graphs"][0]["headline"]
     assert hl["unobserved"] == ["kernel_spec", "artifact"] and hl["lines"] == 2 and hl["worst"] is None
+    # The C++ compiler is needed when the emitted module is compiled: Inductor's compile_to_module raised.
+    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module"}
+
+
+ONE_COMPILE_FAILS = """\
+import torch
+import torch._inductor.config as cfg
+
+
+def f(x):
+    y = torch.sin(x) * 2
+    return y.sum()
+
+
+def g(x):
+    z = torch.cos(x) + 1
+    return z.mean()
+
+
+try:
+    with cfg.patch({"cpp.cxx": (None, "/nonexistent/c++")}):
+        torch.compile(f)(torch.randn(16))
+except Exception as exc:
+    print("caught:", type(exc).__name__)
+print("g:", torch.compile(g)(torch.randn(16)).shape)
+"""
+
+
+def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stopped(tmp_path):
+    """One compile raises inside Inductor and the program catches it; the next compiles. The failed graph's
+    headline said "(the Counts section shows which hooks did not fire)", where Counts showed every stage fired
+    (for the other graph): the unwinds of its calls carried no compile id, so nothing tied them to it."""
+    (tmp_path / "two.py").write_text(ONE_COMPILE_FAILS)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "two.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0 and "caught: " in proc.stdout and "g: torch.Size([])" in proc.stdout, \
+        proc.stdout + proc.stderr
+    import prov_trace
+
+    from prov_trace.stream.reader import read_trace
+
+    unwinds = [r for r in read_trace(tmp_path / "t.msgpack").records
+               if r.get("kind") == "probe" and r.get("phase") == "unwind"]
+    # Every call the failed compile left open names that compile; the good one left none.
+    assert unwinds and {r["compile_id"] for r in unwinds} == {"0/0"}, unwinds
+    assert {r["stage"] for r in unwinds} >= {"source", "dynamo_graph", "aot_graph", "artifact"}, unwinds
+    failed, good = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    assert (failed["compile_id"], good["compile_id"]) == ("0/0", "1/0")
+    assert failed["headline"]["unobserved"] == ["kernel_spec", "artifact"], failed["headline"]
+    assert failed["headline"]["stopped_in"] == {"stage": "artifact",
+                                                "target": "torch._inductor.graph:GraphLowering.compile_to_module"}
+    assert good["headline"]["unobserved"] == [] and good["headline"]["stopped_in"] is None, good["headline"]
+    text = (tmp_path / "r.md").read_text()
+    assert ("Kernel spec and Artifact did not fire for this graph, so nothing is measured there: its compile "
+            "stopped inside `GraphLowering.compile_to_module` (Artifact's hook), whose call did not return. ") in text
+    assert "Counts section shows which hooks did not fire" not in text

@@ -670,9 +670,9 @@ def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in g["survival"] if r["user"] and not r["note"]]
 
 
-def _headline(g: dict[str, Any], stage_order: list[str]) -> dict[str, Any]:
+def _headline(g: dict[str, Any], stage_order: list[str], stopped_in: dict[str, Any] | None = None) -> dict[str, Any]:
     """The measured facts a reader wants first: how far the model's own lines get, where most are lost,
-    and how many kernels carry no source at all."""
+    how many kernels carry no source at all, and where the graph's compile stopped (`stopped_in`)."""
     rows = _counted_rows(g)
     pipeline = [st for st in stage_order if st in S.STAGES and st != S.SOURCE]
     reached = {st: (None if any(r["counts"].get(st) is None for r in rows) or not rows else
@@ -694,6 +694,8 @@ def _headline(g: dict[str, Any], stage_order: list[str]) -> dict[str, Any]:
         "lines": len(rows),
         "reached": reached,
         "unobserved": unobserved,
+        # Where this graph's compile stopped: the deepest stage whose call for it did not return.
+        "stopped_in": stopped_in if unobserved else None,
         "worst": {"from": worst[0][0], "to": worst[0][1], "lines": worst[1]} if worst else None,
         "kernels": len(kernels) if ks.get("observed") else None,
         # The matrix's rule: a kernel carries a source when one of its IR ops has a stack trace.
@@ -928,8 +930,8 @@ def build(trace: Trace) -> ReportModel:
     _mark_untraced_lines(graphs)
     _mark_wrappers(graphs)
     _mark_model_files(graphs)
-    for g in graphs:
-        g["headline"] = _headline(g, stage_order)
+    for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
+        g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
@@ -998,6 +1000,30 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             "raised": (unwound or {}).get(st, 0),
         })
     return rows
+
+
+def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[str]) -> list[dict[str, Any] | None]:
+    """Per graph (in order), where its compile stopped: the deepest pipeline stage, and its target, whose traced
+    call for it did not return (an `unwind` record of its compile: the compile raised there, or tracing stopped
+    there); None where no call of its compile was left open."""
+    index = {(g["compile_id"], g["kind"]): i for i, g in enumerate(graphs)}
+    kinds: dict[Any, list[Any]] = {}
+    for cid, kind in index:
+        kinds.setdefault(cid, []).append(kind)
+    out: list[dict[str, Any] | None] = [None] * len(graphs)
+    rank = {st: i for i, st in enumerate(stage_order)}
+    for r in trace.records:
+        if r.get("kind") != S.PROBE or r.get("phase") != "unwind" or r.get("stage") not in S.STAGES:
+            continue
+        cid, kind = r.get("compile_id"), r.get("graph")
+        if cid is None:  # written before unwinds carried their compile, or by a call outside any compile
+            continue
+        # As for the other records: one with no graph kind belongs to every graph of its compile id.
+        for k in ([kind] if kind else kinds.get(cid, [])):
+            i = index.get((cid, k))
+            if i is not None and (out[i] is None or rank.get(r["stage"], -1) > rank.get(out[i]["stage"], -1)):
+                out[i] = {"stage": r["stage"], "target": r.get("target")}
+    return out
 
 
 def _unwound(trace: Trace) -> dict[str, int]:

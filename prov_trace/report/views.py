@@ -435,9 +435,16 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
     if unobserved:
         names = [titles.get(st, st) for st in unobserved]
         names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        parts.append(f"{names} did not fire for this graph, so nothing is measured there"
-                     + (": the run ended with an exception (Ended, above). " if raised else
-                        " (the Counts section shows which hooks did not fire). "))
+        stopped = hl.get("stopped_in")
+        if stopped:
+            fn = str(stopped.get("target") or "?").rpartition(":")[2]
+            parts += [f"{names} did not fire for this graph, so nothing is measured there: its compile stopped inside ",
+                      Code(fn), f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
+                      + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
+        else:
+            parts.append(f"{names} did not fire for this graph, so nothing is measured there"
+                         + (": the run ended with an exception (Ended, above). " if raised else
+                            " (the Counts section shows which hooks did not fire). "))
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
         parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"

@@ -75,6 +75,8 @@ class _Frame:
     call: int
     #: The thread that made the call: an unwind found when tracing stops is written by another thread.
     thread: dict[str, Any] | None = None
+    #: (compile id, graph kind) as the call's entry probe read them: an unwind names the compile it broke.
+    context: tuple[Any, Any] | None = None
 
 
 class _ThreadState(threading.local):
@@ -244,7 +246,7 @@ class TraceSession:
         with self._lock:
             for stack in self._all_stacks:
                 while stack:
-                    self._write_unwind(stack.pop(), "the call had not returned when tracing stopped")
+                    self._write_unwind(stack.pop(), "the call had not returned when tracing stopped", stack)
             for fr in self._suspended.values():
                 self._write_unwind(fr, "the generator or coroutine was suspended, not finished, when tracing stopped")
             self._suspended.clear()
@@ -387,7 +389,9 @@ class TraceSession:
             call = self._pair(tls, code, phase, frame)
             for state in entry.states:
                 if state.hook.event == phase:
-                    on_fresh_stack(self._run_probe, state, phase, frame, retval, call)
+                    context = on_fresh_stack(self._run_probe, state, phase, frame, retval, call)
+                    if context is not None and phase == ENTRY and tls.stack and tls.stack[-1].call == call:
+                        tls.stack[-1].context = context
         except Exception as exc:  # noqa: BLE001 - the tracer's own fault must not reach the host
             try:
                 self.writer.write(schema.ERROR, {"stage": None, "target": None, "phase": phase,
@@ -414,7 +418,7 @@ class TraceSession:
             if stack[i].frame_id == fid and stack[i].code is code:
                 # Everything above it exited by exception without a return event.
                 while len(stack) > i + 1:
-                    self._write_unwind(stack.pop(), "the call exited by an exception")
+                    self._write_unwind(stack.pop(), "the call exited by an exception", stack)
                 return stack.pop().call
         if self._suspended:  # a generator that returned after a throw(), with no resume event
             with self._lock:
@@ -441,7 +445,7 @@ class TraceSession:
         for i in range(len(stack) - 1, -1, -1):
             if stack[i].frame_id == fid and stack[i].code is code:
                 while len(stack) > i + 1:
-                    self._write_unwind(stack.pop(), "the call exited by an exception")
+                    self._write_unwind(stack.pop(), "the call exited by an exception", stack)
                 fr = stack.pop()
                 with self._lock:
                     self._drop_stale(fid)
@@ -455,26 +459,34 @@ class TraceSession:
         if stale is not None:
             self._write_unwind(stale, "the generator or coroutine was dropped before it finished")
 
-    def _write_unwind(self, fr: _Frame, why: str) -> None:
+    def _write_unwind(self, fr: _Frame, why: str, outer: list[_Frame] = ()) -> None:
+        """One `unwind` record for a call that did not return. It names the compile its entry probe read, or,
+        for a target probed only on return (Inductor's compile_to_module), the compile of the nearest call
+        under it on the same stack that has one: the call ran inside that compile."""
         entry = self._by_code.get(id(fr.code))
         if not entry or not entry.states:
             return
         # One record per call, whichever hooks share the code object: the unwind belongs to the call.
         state = entry.states[0]
+        context = fr.context or next((f.context for f in reversed(outer) if f.context is not None), None)
+        compile_id, graph = context or (None, None)
         self.writer.write(schema.PROBE, {
             "stage": state.hook.stage, "target": state.hook.target, "phase": "unwind",
-            "call": fr.call, "compile_id": None, "graph": None,
+            "call": fr.call, "compile_id": compile_id, "graph": graph,
             "thread": fr.thread or _thread(), "payload": {"why": why},
         })
 
-    def _run_probe(self, state: HookState, phase: str, frame: types.FrameType, retval: Any, call: int) -> None:
+    def _run_probe(self, state: HookState, phase: str, frame: types.FrameType, retval: Any,
+                   call: int) -> tuple[Any, Any] | None:
+        """Run one hook's probe and write its record; returns the (compile id, graph kind) it read, None when
+        the hook does not apply to this call."""
         hook = state.hook
         locals_ = frame.f_locals
         resolved = state.resolved
         if resolved is not None and resolved.self_type is not None:
             first = frame.f_code.co_varnames[0] if frame.f_code.co_argcount else None
             if first is None or not isinstance(locals_.get(first), resolved.self_type):
-                return
+                return None
         state.fired += 1
         base = {"stage": hook.stage, "target": hook.target, "phase": phase, "call": call, "thread": _thread()}
         try:
@@ -489,7 +501,7 @@ class TraceSession:
         except Exception as exc:  # noqa: BLE001 - recorded, and the compile carries on
             state.errors += 1
             self.writer.write(schema.ERROR, {**base, "error": _error(exc)})
-            return
+            return compile_id, graph
         base["probe_ns"] = time.perf_counter_ns() - t0
         replaced = self.writer.replaced
         record = {**base, "payload": payload}
@@ -500,6 +512,7 @@ class TraceSession:
             self._observe(record)
         if hook.keep:
             self.kept.append({**base, "payload": payload})
+        return compile_id, graph
 
     def _observe(self, record: dict[str, Any]) -> None:
         if self.observer is None:
