@@ -659,7 +659,7 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
 
     \b
     RULE := STAGE ":" FIELD OP LEVEL          (grammar: docs/check.md)
-      STAGE  source, export_graph, dynamo_graph, pre_grad, aot_graph,
+      STAGE  source, dynamo_graph, export_graph, pre_grad, aot_graph,
              post_grad, ir_pre, ir_post, kernel_spec, artifact,
              a user probe's stage, or * (each stage measuring FIELD)
       FIELD  a field of the matrix: stack_trace, nn_module_stack, origins, ...

@@ -309,6 +309,9 @@ def test_each_export_is_its_own_graph_whatever_order_they_are_compiled_in(two_ex
     assert names["export-2 inference"]["dynamo_graph"] == ["y", "sum_1", "res"]
     assert names["export-2 inference"]["export_graph"] == ["exp", "sum_1", "div"]
     assert names["export-2 inference"]["kernel_spec"] == ["cpp_fused_div_exp_sum_0"]
+    # Its columns read in the order it ran: Dynamo's graph, then the graph torch.export made of it.
+    cols = list(soft["matrix"][0]["cells"])
+    assert cols.index("dynamo_graph") + 1 == cols.index("export_graph"), cols
     for g in (mlp, soft):
         assert {r["text"]: r["last_stage"] for r in g["survival"] if r["user"] and not r["note"]} == (
             {"x = self.fc1(x)": "artifact", "x = torch.relu(x)": "kernel_spec", "x = self.fc2(x)": "artifact"}

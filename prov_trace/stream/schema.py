@@ -32,13 +32,15 @@ EXPORT_GRAPH = "export_graph"
 DYNAMO_GRAPH = "dynamo_graph"
 AOT_GRAPH = "aot_graph"
 #: In the order a compile reaches them. Inductor's pre-grad passes run on the Dynamo graph before AOT
-#: autograd traces it, so the AOT graph comes after FX pre-grad and before FX post-grad.
-STAGES = (SOURCE, EXPORT_GRAPH, DYNAMO_GRAPH, PRE_GRAD, AOT_GRAPH, POST_GRAD, IR_PRE, IR_POST, KERNEL_SPEC, ARTIFACT)
+#: autograd traces it, so the AOT graph comes after FX pre-grad and before FX post-grad. A strict
+#: torch.export runs Dynamo first and exports the graph Dynamo took, so the Dynamo graph comes before
+#: the Export graph (the other paths have one of the two).
+STAGES = (SOURCE, DYNAMO_GRAPH, EXPORT_GRAPH, PRE_GRAD, AOT_GRAPH, POST_GRAD, IR_PRE, IR_POST, KERNEL_SPEC, ARTIFACT)
 #: Stages a report shows only when the trace has a record of them: one path has each (export, a
 #: torch.compile, an aot_autograd backend), and a trace written before they existed has none.
-PATH_STAGES = (EXPORT_GRAPH, DYNAMO_GRAPH, AOT_GRAPH)
+PATH_STAGES = (DYNAMO_GRAPH, EXPORT_GRAPH, AOT_GRAPH)
 #: The stages whose objects are FX nodes (read by probes/fx.py).
-FX_STAGES = (EXPORT_GRAPH, DYNAMO_GRAPH, PRE_GRAD, AOT_GRAPH, POST_GRAD)
+FX_STAGES = (DYNAMO_GRAPH, EXPORT_GRAPH, PRE_GRAD, AOT_GRAPH, POST_GRAD)
 #: The stages only Inductor's compile reaches: with another backend they are off the compile's path.
 INDUCTOR_STAGES = (PRE_GRAD, POST_GRAD, IR_PRE, IR_POST, KERNEL_SPEC, ARTIFACT)
 

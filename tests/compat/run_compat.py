@@ -131,7 +131,7 @@ def summarize(venv: Path, workdir: Path, out: Path) -> dict | None:
     return data
 
 
-STAGES = ("source", "export_graph", "dynamo_graph", "pre_grad", "aot_graph", "post_grad", "ir_pre", "ir_post",
+STAGES = ("source", "dynamo_graph", "export_graph", "pre_grad", "aot_graph", "post_grad", "ir_pre", "ir_post",
           "kernel_spec", "artifact")
 RUNS = (("compat_mlp", "audit"), ("compat_train", "--train"), ("compat_graph_break", "graph break"),
         ("compat_aot_eager", "aot_eager --train"), ("compat_export", "export + AOTI"))
