@@ -364,3 +364,46 @@ def test_a_probe_on_the_programs_own_function_called_outside_a_compile(tmp_path)
     assert ("Probe snapshots taken while no compile ran (the program called the function itself), so they belong "
             "to no graph and no rule is checked on them: `__main__:helper` (myhelper) 2 snapshots, "
             "`__main__:Box.meth` (Box.meth) 1 snapshot.") in text
+
+
+EXPORTS_THEN_A_CALL = """\
+import torch
+
+
+def helper(x):
+    return x * 2
+
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        return helper(torch.relu(x))
+
+
+class N(torch.nn.Module):
+    def forward(self, x):
+        return helper(torch.tanh(x)) + 1
+
+
+first = torch.export.export(M(), (torch.randn(4),))
+second = torch.export.export(N(), (torch.randn(4),))
+print("after the exports:", helper(torch.ones(2)).tolist())
+"""
+
+
+def test_a_probe_called_inside_each_export_and_after_them_goes_where_it_ran(tmp_path):
+    """A user probe outside any compile took the id of the last export, so its snapshot after the exports
+    joined that export's graph; inside the second export it took the first's."""
+    import prov_trace
+    from prov_trace.stream.reader import read_trace
+
+    (tmp_path / "s.py").write_text(EXPORTS_THEN_A_CALL)
+    proc = cli("run", "-q", "-o", "t.msgpack", "--probe", "__main__:helper=myhelper", "s.py", cwd=tmp_path)
+    assert proc.returncode == 0 and "after the exports: [2.0, 2.0]" in proc.stdout, proc.stderr
+    ids = [(r["stage"], r["compile_id"]) for r in read_trace(tmp_path / "t.msgpack").records
+           if r.get("kind") == "probe" and r["stage"] in ("myhelper", "export_graph")]
+    assert ids == [("myhelper", "export"), ("export_graph", "export"),
+                   ("myhelper", "export-2"), ("export_graph", "export-2"), ("myhelper", None)]
+    model = prov_trace.load(tmp_path / "t.msgpack").model
+    assert [(g["label"], len(g["stages"]["myhelper"]["objects"])) for g in model["graphs"]] == [
+        ("export", 1), ("export-2", 1)]
+    assert model["outside_compile"] == [{"stage": "myhelper", "target": "__main__:helper", "snapshots": 1}]

@@ -157,6 +157,8 @@ def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
         if stage == schema.SOURCE:
             cid = frame.f_locals.get("compile_id")
             return (None if cid is None else str(cid)), None
+    if stage not in schema.STAGES:
+        return _user_context(state, frame)
     cid = compile_id()
     if state.get("exports") and (cid is None or _aot_compiling()):
         # AOTInductor compiles an exported program: the one its caller names, else the last exported.
@@ -169,3 +171,15 @@ def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
     if stage == schema.AOT_GRAPH:
         return cid, aot_graph_kind(frame)
     return cid, graph_kind(frame)
+
+
+def _user_context(state: dict, frame: types.FrameType) -> tuple[str | None, str | None]:
+    """A user probe's function may run anywhere: inside an export (strict or not), inside an AOTInductor or
+    torch.compile compile, or outside any compile, where it belongs to no graph (not to the last export)."""
+    eid = _running_export(state, frame)
+    if eid is not None:
+        return eid, None
+    cid = compile_id()
+    if _aot_compiling():
+        cid = _compiled_export(state, frame) or state.get("last_export") or cid or EXPORT_ID
+    return cid, (graph_kind(frame) if cid is not None else None)
