@@ -120,3 +120,15 @@ def raising_run(tmp_path_factory) -> Run:
     proc = cli("run", "-o", str(d / "t.msgpack"), "--report", str(d / "r.md"), str(d / "raises.py"), cwd=d,
                env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
     return Run(proc, d / "t.msgpack", d / "r.md", d)
+
+
+def unknown_wrapper_ops() -> set[str]:
+    """The installed torch's wrapper HOPs (torch/_higher_order_ops/wrap.py) that the report's list does not
+    name, as WRAPPER_OPS or as NOT_WRAPPER_OPS."""
+    import torch._higher_order_ops.wrap as wrap
+    from torch._ops import HigherOrderOperator
+
+    from prov_trace.report.model import NOT_WRAPPER_OPS, WRAPPER_OPS
+
+    installed = {v.name() for v in vars(wrap).values() if isinstance(v, HigherOrderOperator)}
+    return installed - set(WRAPPER_OPS) - set(NOT_WRAPPER_OPS)

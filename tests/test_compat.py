@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from conftest import EXAMPLES, Run, cli
+from conftest import EXAMPLES, Run, cli, unknown_wrapper_ops
 from inductor_trace import assert_artifact_matches_file, assert_matches_inductor
 
 pytestmark = [
@@ -111,6 +111,11 @@ def test_targets_resolve_on_this_torch():
     proc = cli("targets", "--profile", "inductor-cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.rstrip().endswith("14 targets: 14 ok, 0 drifted"), proc.stdout
+
+
+def test_the_report_knows_this_torchs_wrapper_ops():
+    """The wrapper HOPs AOT inlines, whose call lines are no loss (report/model.py's WRAPPER_OPS)."""
+    assert unknown_wrapper_ops() == set()
 
 
 def test_reference_audit(compat_mlp):

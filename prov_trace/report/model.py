@@ -634,9 +634,14 @@ def _mark_untraced_lines(graphs: list[dict[str, Any]]) -> None:
 
 
 #: Dynamo's higher-order ops that wrap a function's graph and that AOT autograd inlines: the wrapped code's
-#: ops take its own lines with them, and the call's line keeps nothing.
+#: ops take its own lines with them, and the call's line keeps nothing. They are the HOPs of torch's
+#: ``torch/_higher_order_ops/wrap.py`` but ``inductor_compiled_code`` (a call into compiled code, not a
+#: graph); the report reads only the trace, so the names are listed, and a test compares them with the
+#: installed torch's (tests/test_backends_export.py).
 WRAPPER_OPS = ("tag_activation_checkpoint", "wrap_activation_checkpoint", "wrap_with_autocast",
-               "wrap_with_set_grad_enabled")
+               "wrap_with_set_grad_enabled", "wrap", "dynamo_bypassing_wrapper")
+#: The HOPs of ``wrap.py`` that are not such a wrapper.
+NOT_WRAPPER_OPS = ("inductor_compiled_code",)
 #: A survival row's note when all its line held was such a wrapper's call (``checkpoint(self.block, x)``).
 WRAPPER = "a wrapper op's call: AOT inlines it, and the wrapped code's ops carry that code's lines"
 
