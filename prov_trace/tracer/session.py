@@ -17,7 +17,7 @@ import traceback
 import types
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from prov_trace.contract import ENTRY, RESUME, RETURN, YIELD, Hook, ProbeCall, Profile, TargetError, TargetSpec
 from prov_trace import torchver, voice
@@ -459,7 +459,7 @@ class TraceSession:
         if stale is not None:
             self._write_unwind(stale, "the generator or coroutine was dropped before it finished")
 
-    def _write_unwind(self, fr: _Frame, why: str, outer: list[_Frame] = ()) -> None:
+    def _write_unwind(self, fr: _Frame, why: str, outer: Sequence[_Frame] = ()) -> None:
         """One `unwind` record for a call that did not return. It names the compile its entry probe read, or,
         for a target probed only on return (Inductor's compile_to_module), the compile of the nearest call
         under it on the same stack that has one: the call ran inside that compile."""
