@@ -351,7 +351,8 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     # Every call the failed compile left open names that compile; the good one left none.
     assert unwinds and {r["compile_id"] for r in unwinds} == {"0/0"}, unwinds
     assert {r["stage"] for r in unwinds} >= {"source", "dynamo_graph", "aot_graph", "artifact"}, unwinds
-    failed, good = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    failed, good = report.model["graphs"]
     assert (failed["compile_id"], good["compile_id"]) == ("0/0", "1/0")
     assert failed["headline"]["unobserved"] == ["kernel_spec", "artifact"], failed["headline"]
     assert failed["headline"]["stopped_in"] == {"stage": "artifact",
@@ -361,3 +362,8 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     assert ("Kernel spec and Artifact did not fire for this graph, so nothing is measured there: its compile "
             "stopped inside `GraphLowering.compile_to_module` (Artifact's hook), whose call did not return. ") in text
     assert "Counts section shows which hooks did not fire" not in text
+    # A rule on the stage fails on that graph alone, and says why nothing was measured there.
+    result = report.check("kernel_spec:origins=all")
+    assert not result.ok and [(f["graph"], f["why"]) for f in result.results[0]["failures"]] == [
+        ("0/0 inference", "the stage did not fire: nothing was measured (the graph's compile stopped inside "
+                          "GraphLowering.compile_to_module)")]

@@ -137,7 +137,10 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                 item = {"graph": g["label"], "stage": st, "state": c["state"], "n": c["n"], "total": c["total"]}
                 checked.append(item)
                 if c["state"] == "unobserved":
-                    failures.append({**item, "why": "the stage did not fire: nothing was measured"})
+                    stopped = (g.get("headline") or {}).get("stopped_in")
+                    failures.append({**item, "why": "the stage did not fire: nothing was measured" + (
+                        f" (the graph's compile stopped inside {str(stopped.get('target')).rpartition(':')[2]})"
+                        if stopped and st in (g.get("headline") or {}).get("unobserved", []) else "")})
                 elif not rule.holds(c["n"], c["total"]):
                     failures.append({**item, "why": _why(rule, c)})
         if not chosen:
