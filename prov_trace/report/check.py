@@ -26,6 +26,7 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
+from prov_trace.report.text import target_function
 
 LEVEL_WORDS = ("all", "any", "none")
 OPS = (">=", "<=", "==", "=", ">", "<")
@@ -137,10 +138,11 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                 item = {"graph": g["label"], "stage": st, "state": c["state"], "n": c["n"], "total": c["total"]}
                 checked.append(item)
                 if c["state"] == "unobserved":
-                    stopped = (g.get("headline") or {}).get("stopped_in")
-                    failures.append({**item, "why": "the stage did not fire: nothing was measured" + (
-                        f" (the graph's compile stopped inside {str(stopped.get('target')).rpartition(':')[2]})"
-                        if stopped and st in (g.get("headline") or {}).get("unobserved", []) else "")})
+                    why = "the stage did not fire: nothing was measured"
+                    hl = g.get("headline") or {}
+                    if hl.get("stopped_in") and st in hl.get("unobserved", []):
+                        why += f" (the graph's compile stopped inside {target_function(hl['stopped_in'].get('target'))})"
+                    failures.append({**item, "why": why})
                 elif not rule.holds(c["n"], c["total"]):
                     failures.append({**item, "why": _why(rule, c)})
         if not chosen:

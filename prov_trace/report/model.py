@@ -308,12 +308,16 @@ def _group(trace: Trace) -> "OrderedDict[tuple, dict[str, list]]":
         for kind in kinds or [None]:
             graphs[(cid, kind)] = {}
     for r in probes:
-        cid, g = r.get("compile_id"), r.get("graph")
-        # Records with no graph kind (source, pre-grad) belong to every graph of their compile id.
-        targets = [(cid, g)] if g else [(cid, k) for k in (kinds_by_cid.get(cid) or [None])]
-        for key in targets:
+        for key in _graphs_of(r, kinds_by_cid):
             graphs[key].setdefault(r.get("stage"), []).append(r)
     return graphs
+
+
+def _graphs_of(r: dict[str, Any], kinds_by_cid: dict[Any, list]) -> list[tuple]:
+    """The (compile id, graph kind) keys a record belongs to: its own, or, for a record with no graph kind
+    (source, pre-grad, a compile's outer calls), every graph of its compile id."""
+    cid, kind = r.get("compile_id"), r.get("graph")
+    return [(cid, kind)] if kind else [(cid, k) for k in (kinds_by_cid.get(cid) or [None])]
 
 
 def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[FieldSpec]:
@@ -1020,12 +1024,10 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     for r in trace.records:
         if r.get("kind") != S.PROBE or r.get("phase") != "unwind" or r.get("stage") not in S.STAGES:
             continue
-        cid, kind = r.get("compile_id"), r.get("graph")
-        if cid is None:  # written before unwinds carried their compile, or by a call outside any compile
+        if r.get("compile_id") is None:  # written before unwinds carried their compile, or outside any compile
             continue
-        # As for the other records: one with no graph kind belongs to every graph of its compile id.
-        for k in ([kind] if kind else kinds.get(cid, [])):
-            i = index.get((cid, k))
+        for key in _graphs_of(r, kinds):
+            i = index.get(key)
             if i is not None and (out[i] is None or rank.get(r["stage"], -1) > rank.get(out[i]["stage"], -1)):
                 out[i] = {"stage": r["stage"], "target": r.get("target")}
     return out

@@ -21,6 +21,11 @@ MAX_TEXT = 2000
 MAX_JSON_TEXT = 64 * 1024
 
 
+def target_function(target: Any) -> str:
+    """A hook target's qualified name without its module: ``GraphLowering.compile_to_module``."""
+    return str(target or "?").rpartition(":")[2]
+
+
 def cut(text: str, limit: int = MAX_TEXT) -> str:
     """`text`, or its first `limit` characters and ``…[cut N chars]`` (the mark the probes' bounds use)."""
     if len(text) <= limit:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import MAX_TEXT, basename, clean, cut, first_line, short_path
+from prov_trace.report.text import MAX_TEXT, basename, clean, cut, first_line, short_path, target_function
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -437,9 +437,8 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
         names = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
         stopped = hl.get("stopped_in")
         if stopped:
-            fn = str(stopped.get("target") or "?").rpartition(":")[2]
             parts += [f"{names} did not fire for this graph, so nothing is measured there: its compile stopped inside ",
-                      Code(fn), f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
+                      Code(target_function(stopped.get("target"))), f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
                       + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
         else:
             parts.append(f"{names} did not fire for this graph, so nothing is measured there"
