@@ -82,8 +82,11 @@ class ProbeCall:
 #: A probe turns a call into a plain-data payload.
 Probe = Callable[[ProbeCall], dict]
 #: (stage, frame, the call's return value or None, a dict the session keeps for it) -> (compile id, graph
-#: kind); reads the compiler's own state. The dict starts empty with each session: what the context must
-#: remember between calls (the exported programs it has numbered) lives there, not in the module.
+#: kind); reads the compiler's own state. The dict is new with each session: what the context must
+#: remember between calls (the exported programs it has numbered) lives there, not in the module. The
+#: session puts two functions in it: ``open_codes()``, the code objects of the calling thread's target calls
+#: that have started and not returned (outermost first; one that left by an exception may linger), and
+#: ``traced_codes()``, every target's code object traced now.
 Context = Callable[[str, types.FrameType, Any, dict], tuple]
 
 

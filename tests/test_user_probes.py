@@ -407,3 +407,40 @@ def test_a_probe_called_inside_each_export_and_after_them_goes_where_it_ran(tmp_
     assert [(g["label"], len(g["stages"]["myhelper"]["objects"])) for g in model["graphs"]] == [
         ("export", 1), ("export-2", 1)]
     assert model["outside_compile"] == [{"stage": "myhelper", "target": "__main__:helper", "snapshots": 1}]
+
+
+FAILED_EXPORT_THEN_A_CALL = """\
+import torch
+
+
+def helper(x):
+    return x * 2
+
+
+class Bad(torch.nn.Module):
+    def forward(self, x):
+        helper(x)
+        raise ValueError("this model cannot be exported")
+
+
+try:
+    torch.export.export(Bad(), (torch.randn(4),))
+except Exception as exc:
+    print("the export failed:", type(exc).__name__)
+print("after it:", helper(torch.ones(2)).tolist())
+"""
+
+
+def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph(tmp_path):
+    """The context skips its frame walk when the session's open target calls hold no ``_export``. An export
+    that raised leaves its call open there (no event says it left), so a probe after it must still walk
+    and find no export running, not join the failed export."""
+    from prov_trace.stream.reader import read_trace
+
+    (tmp_path / "s.py").write_text(FAILED_EXPORT_THEN_A_CALL)
+    proc = cli("run", "-q", "-o", "t.msgpack", "--probe", "__main__:helper=myhelper", "s.py", cwd=tmp_path)
+    assert "the export failed" in proc.stdout and "after it: [2.0, 2.0]" in proc.stdout, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    records = read_trace(tmp_path / "t.msgpack").records
+    assert [r["compile_id"] for r in records if r.get("kind") == "probe" and r["stage"] == "myhelper"
+            and r["phase"] != "unwind"] == ["export", None]

@@ -65,9 +65,26 @@ def _next_export(state: dict, spend: bool) -> str:
     return EXPORT_ID if n == 1 else f"{EXPORT_ID}-{n}"
 
 
+def _no_export_open(state: dict) -> bool:
+    """True when no ``_export`` can be running on this thread: its module is not loaded, or the session's
+    own bookkeeping proves it: ``_export`` is a target, and none of this thread's open target calls is one. A program outside any export (the common
+    case) then skips the walk up its whole stack. False when only the walk can tell: ``_export`` is not
+    traced (a profile without the export hooks), or one is open (it may have left by an exception)."""
+    if "torch.export._trace" not in sys.modules:  # where ``_export`` lives: no frame of it without the module
+        return True
+    open_codes, traced_codes = state.get("open_codes"), state.get("traced_codes")
+    if open_codes is None or traced_codes is None:
+        return False
+    if any(_is_export_frame(c) for c in open_codes()):
+        return False
+    return any(_is_export_frame(c) for c in traced_codes())
+
+
 def _running_export(state: dict, frame: types.FrameType | None) -> str | None:
     """The id of the export running above this frame (a strict export runs Dynamo inside ``_export``),
     reserved until ``_export`` returns its program; None outside an export."""
+    if _no_export_open(state):
+        return None
     f = frame
     for _ in range(_MAX_EXPORT_WALK):
         if f is None:

@@ -135,8 +135,10 @@ class TraceSession:
         self._suspended: dict[int, _Frame] = {}
         self._lock = threading.RLock()
         self._calls = itertools.count(1)
-        #: The profile's context keeps what it must remember between calls here (contract.Context).
-        self._context_state: dict[str, Any] = {}
+        #: The profile's context keeps what it must remember between calls here (contract.Context), next to
+        #: two views of the session's own bookkeeping: the code objects of the calling thread's open target
+        #: calls (outermost first), and of every target traced now.
+        self._context_state: dict[str, Any] = {"open_codes": self._open_codes, "traced_codes": self._traced_codes}
         self._active = False
         self.ended: dict[str, Any] | None = None
         #: Records of hooks with ``keep=True``, for the profile's ``finish`` step.
@@ -451,6 +453,16 @@ class TraceSession:
                     self._drop_stale(fid)
                     self._suspended[fid] = fr
                 return
+
+    def _open_codes(self) -> list[types.CodeType]:
+        """The code objects of this thread's target calls that have started and not yet returned, outermost
+        first. A call that left by an exception may still be listed (no event says so), never a call that is
+        running and missing, unless it started before tracing did."""
+        return [fr.code for fr in self._tls.stack]
+
+    def _traced_codes(self) -> list[types.CodeType]:
+        """The code objects traced now: a target resolved later (its module imported later) joins then."""
+        return [entry.code for entry in list(self._by_code.values())]
 
     def _drop_stale(self, fid: int) -> None:
         """A suspended frame whose id a new frame now has was dropped unfinished (its generator freed)."""
