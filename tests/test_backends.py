@@ -164,8 +164,20 @@ def test_an_exception_leaving_a_target_is_paired_as_unwind(tmp_path, backend):
         ("target_raises", "unwind", last),    # revealed when tracing stopped
     ]
     unwinds = [r for r in t.probes() if r["phase"] == "unwind"]
-    assert unwinds[0]["payload"]["why"] == "the call exited by an exception"
-    assert unwinds[1]["payload"]["why"] == "the call had not returned when tracing stopped"
+    # The second is found when tracing stops: its frame is on no thread's stack by then, so it raised too.
+    assert [u["payload"]["why"] for u in unwinds] == ["the call exited by an exception"] * 2
+
+
+def target_stops_tracing(session):
+    session.stop("ok")
+    return 1
+
+
+def test_a_call_still_running_when_tracing_stops_says_so(tmp_path, backend):
+    with Traced(tmp_path, backend, "target_stops_tracing") as t:
+        assert target_stops_tracing(t.session) == 1
+    recs = [(r["phase"], r.get("payload", {}).get("why")) for r in t.probes()]
+    assert recs == [(ENTRY, None), ("unwind", "the call had not returned when tracing stopped")]
 
 
 def test_threads_started_after_tracing_started_are_traced(tmp_path, backend):

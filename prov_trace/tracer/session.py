@@ -246,9 +246,16 @@ class TraceSession:
                 self.log(f"warning: {text}")
                 self.writer.write(schema.NOTE, {"level": "warning", "text": text})
         with self._lock:
+            running = _running_frames() if any(self._all_stacks) else None
             for stack in self._all_stacks:
                 while stack:
-                    self._write_unwind(stack.pop(), "the call had not returned when tracing stopped", stack)
+                    fr = stack.pop()
+                    # No event says a call left by an exception until a call under it returns: whether its
+                    # frame is still on a thread's stack says which it was.
+                    self._write_unwind(fr, "the call had not returned when tracing stopped"
+                                       if running is None or _same_function(running.get(fr.frame_id), fr.code)
+                                       else "the call exited by an exception",
+                                       stack)
             for fr in self._suspended.values():
                 self._write_unwind(fr, "the generator or coroutine was suspended, not finished, when tracing stopped")
             self._suspended.clear()
@@ -548,6 +555,27 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _running_frames() -> dict[int, types.CodeType] | None:
+    """Every frame running on some thread now, by id, with its code (a frame object keeps its id while it
+    runs); None where the interpreter cannot list them."""
+    out: dict[int, types.CodeType] = {}
+    try:
+        tops = list(sys._current_frames().values())
+    except Exception:  # noqa: BLE001
+        return None
+    for f in tops:
+        while f is not None and id(f) not in out:
+            out[id(f)] = f.f_code
+            f = f.f_back
+    return out
+
+
+def _same_function(a: types.CodeType | None, b: types.CodeType) -> bool:
+    """The same function's code: inject runs a rewritten copy of the target's code object."""
+    return a is b or (a is not None and (a.co_name, a.co_filename, a.co_firstlineno)
+                      == (b.co_name, b.co_filename, b.co_firstlineno))
 
 
 def _thread() -> dict[str, Any]:
