@@ -187,6 +187,7 @@ def _schema_keys(ref: str) -> set[str]:
     ("SourceRef", "$defs/sourceRef"), ("FieldPresence", "$defs/fieldPresence"), ("TraceInfo", "properties/trace"),
     ("Mappings", "$defs/graph/properties/mappings"), ("Cut", "properties/cuts/items"),
     ("SummaryRow", "properties/summary/items"), ("FrameWithoutGraph", "properties/frames_without_graph/items"),
+    ("NotReturned", "properties/not_returned/items"),
     ("HookStatus", "properties/hooks/items"), ("Symbol", "properties/symbols/additionalProperties"),
     ("Lineage", "$defs/lineage"), ("LineageNode", "$defs/lineageNode"), ("LineageEdge", "$defs/lineageEdge"),
 ])

@@ -431,7 +431,7 @@ print("after it:", helper(torch.ones(2)).tolist())
 """
 
 
-def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph(tmp_path):
+def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph_and_the_report_says_where_it_stopped(tmp_path):
     """The context skips its frame walk when the session's open target calls hold no ``_export``. An export
     that raised leaves its call open there (no event says it left), so a probe after it must still walk
     and find no export running, not join the failed export."""
@@ -444,3 +444,16 @@ def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph(tmp_path):
     records = read_trace(tmp_path / "t.msgpack").records
     assert [r["compile_id"] for r in records if r.get("kind") == "probe" and r["stage"] == "myhelper"
             and r["phase"] != "unwind"] == ["export", None]
+    # No graph came of it, and the report says where the export stopped (it used to say only "Nothing was
+    # compiled", and the Hooks table shows _export fired 0 times: its hooks are on the return).
+    import prov_trace
+
+    why = "the call exited by an exception"
+    assert prov_trace.load(tmp_path / "t.msgpack").model["not_returned"] == [
+        {"stage": "source", "target": "torch.export._trace:_export", "why": why, "calls": 1}]
+    report = (tmp_path / "provenance_audit.md").read_text()
+    assert ("Traced calls that did not return, so the compile stopped inside them: `_export` (Source's hook), "
+            f"1 call: {why}.") in report
+    checked = cli("check", "t.msgpack", "--require", "post_grad:stack_trace=all", cwd=tmp_path)
+    assert checked.returncode == 1
+    assert "the trace holds no graph: nothing was compiled (the compile stopped inside _export)" in checked.stdout

@@ -27,6 +27,7 @@ from typing import Any
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
 from prov_trace.report.text import target_function
+from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
 OPS = (">=", "<=", "==", "=", ">", "<")
@@ -147,13 +148,19 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                     failures.append({**item, "why": _why(rule, c)})
         if not chosen:
             failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
-                             "why": "the trace holds no graph: nothing was compiled"})
+                             "why": "the trace holds no graph: nothing was compiled" + _stopped(model)})
         elif not stages:  # `*` on a field no stage's objects carry: a rule that checks nothing must not pass
             failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
                              "why": f"{rule.field} is measured at no stage of this trace (no stage's objects have "
                                     "such a slot), so the rule checks nothing"})
         results.append({"rule": rule.text, "holds": not failures, "checked": checked, "failures": failures})
     return results
+
+
+def _stopped(model: dict[str, Any]) -> str:
+    """Where a run that compiled no graph stopped: the pipeline's calls that did not return, if any."""
+    names = [target_function(n.get("target")) for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
+    return f" (the compile stopped inside {', '.join(dict.fromkeys(names))})" if names else ""
 
 
 def _why(rule: Rule, c: dict[str, Any]) -> str:

@@ -173,6 +173,14 @@ class OutsideCompile(TypedDict):
     snapshots: int
 
 
+class NotReturned(TypedDict):
+    stage: str
+    target: str | None
+    #: The unwind record's reason: the call exited by an exception, had not returned when tracing stopped, ...
+    why: str | None
+    calls: int
+
+
 class Cut(TypedDict):
     compile_id: str | None
     graph: str | None
@@ -216,6 +224,8 @@ class ReportModel(TypedDict):
     #: User probe snapshots taken while no compile ran (a probe on the user's own function, called by the
     #: program): not a graph's objects.
     outside_compile: list[OutsideCompile]
+    #: Traced calls that did not return (unwind records): where a compile or export that raised stopped.
+    not_returned: list[NotReturned]
     cuts: list[Cut]
     summary: list[SummaryRow]
     #: A run through torch-spyre (--torch-spyre): the stand-in's record and its cross-check; else None.
@@ -960,6 +970,7 @@ def build(trace: Trace) -> ReportModel:
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
         "outside_compile": [{"stage": st, "target": tgt, "snapshots": n} for (st, tgt), n in outside.items()],
+        "not_returned": _not_returned(trace),
         "cuts": _cuts(trace),
         "summary": _summary(graphs, hooks, stage_order, outside, _unwound(trace)),
         "spyre": _spyre.run_facts(trace),
@@ -1031,6 +1042,18 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
             if i is not None and (out[i] is None or rank.get(r["stage"], -1) > rank.get(out[i]["stage"], -1)):
                 out[i] = {"stage": r["stage"], "target": r.get("target")}
     return out
+
+
+def _not_returned(trace: Trace) -> list[dict[str, Any]]:
+    """The traced calls that did not return (`unwind` records), per stage, target and why, in trace order."""
+    out: dict[tuple, int] = {}
+    for r in trace.records:
+        if r.get("kind") == S.PROBE and r.get("phase") == "unwind" and isinstance(r.get("stage"), str):
+            why = (r.get("payload") or {}).get("why")
+            key = (r["stage"], r.get("target") if isinstance(r.get("target"), str) else None,
+                   why if isinstance(why, str) else None)
+            out[key] = out.get(key, 0) + 1
+    return [{"stage": st, "target": tgt, "why": why, "calls": n} for (st, tgt, why), n in out.items()]
 
 
 def _unwound(trace: Trace) -> dict[str, int]:

@@ -284,6 +284,15 @@ def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
             + ", ".join(f"{k or '(empty)'} ×{n}" for k, n in sorted(kinds.items())) + ". Upgrade prov-trace to read them.")
 
 
+def _outside_compile(sec: Section, model: dict[str, Any], titles: dict[str, str]) -> None:
+    if model.get("outside_compile"):
+        sec.blocks.append(Para(["Probe snapshots taken while no compile ran (the program called the function "
+                                "itself), so they belong to no graph and no rule is checked on them: ", join(
+            join([Code(o.get("target")), f"({titles.get(o['stage'], o['stage'])})",
+                  f"{o['snapshots']} snapshot{'s' if o['snapshots'] != 1 else ''}"], " ")
+            for o in model["outside_compile"]), "."]))
+
+
 def _counts(model: dict[str, Any]) -> Section:
     titles, order = model["stage_titles"], model["stage_order"]
     sec = Section("Counts", 2, attrs={"class": "intro"})
@@ -306,6 +315,14 @@ def _counts(model: dict[str, Any]) -> Section:
     if not model["graphs"]:
         sec.blocks.append(Para(["Nothing was compiled: the trace holds no graph, so there is nothing to count and no "
                                 "matrix. The Hooks table below says which hooks resolved and whether any fired."]))
+        stopped = [n for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
+        if stopped:
+            # A compile or export that raised before any graph was recorded: its entry hook never fired.
+            sec.blocks.append(Para(["Traced calls that did not return, so the compile stopped inside them: ", join(
+                [join([Code(target_function(n.get("target"))), f"({S.STAGE_TITLES.get(n['stage'], n['stage'])}'s hook),",
+                       f"{n['calls']} call{'s' if n['calls'] != 1 else ''}:", str(n.get("why") or "no reason recorded")],
+                      " ") for n in stopped], "; "), "."]))
+        _outside_compile(sec, model, titles)
         return sec
     sec.blocks.append(Table(["Graph"] + [titles[st] for st in order], rows))
     sec.blocks.append(Para(["Objects per stage: source lines, FX compute nodes (call_function, call_method, "
@@ -322,12 +339,7 @@ def _counts(model: dict[str, Any]) -> Section:
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
             for f in model["frames_without_graph"]), "."]))
-    if model.get("outside_compile"):
-        sec.blocks.append(Para(["Probe snapshots taken while no compile ran (the program called the function "
-                                "itself), so they belong to no graph and no rule is checked on them: ", join(
-            join([Code(o.get("target")), f"({titles.get(o['stage'], o['stage'])})",
-                  f"{o['snapshots']} snapshot{'s' if o['snapshots'] != 1 else ''}"], " ")
-            for o in model["outside_compile"]), "."]))
+    _outside_compile(sec, model, titles)
     if model.get("cuts"):
         sec.blocks.append(Para(["Snapshots cut by a bound (docs/trace-format.md, Bounds): the counts and tables cover "
                                 "the objects that were recorded. ", join((
