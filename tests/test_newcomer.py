@@ -270,6 +270,50 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     for stage in ("FX post-grad", "LoopLevelIR", "Kernel spec"):
         assert " NOT REACHED " in lines[stage], lines
     assert not any(" NOT RESOLVED " in ln for ln in lines.values()), lines
+    # The report told this frame apart from one with no op to capture only by the summary.
+    import prov_trace
+
+    frames = prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
+    assert [(f["qualname"], f["stopped_in"]) for f in frames] == [
+        ("f", {"stage": "source", "target": "torch._dynamo.convert_frame:_compile"})]
+    assert ("(its compile stopped inside `_compile`, whose call did not return)."
+            in (tmp_path / "r.md").read_text())
+
+
+BACKEND_RAISES = """\
+import torch
+
+
+def g(x):
+    return torch.tanh(x) * 2
+
+
+def my_backend(gm, example_inputs):
+    raise RuntimeError("my backend cannot do this")
+
+
+try:
+    torch.compile(g, backend=my_backend)(torch.randn(4))
+except Exception as exc:
+    print("caught:", type(exc).__name__)
+"""
+
+
+def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp_path):
+    """Every stage after the Dynamo graph is off a custom backend's path, so nothing read as unobserved and
+    the headline read like a compile that worked."""
+    import prov_trace
+
+    (tmp_path / "b.py").write_text(BACKEND_RAISES)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "b.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0 and "caught: BackendCompilerFailed" in proc.stdout, proc.stdout + proc.stderr
+    assert re.search(r"^  Dynamo graph +fired .*, 1 call did not return$", proc.stdout, re.M), proc.stdout
+    (graph,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    assert graph["headline"]["unobserved"] == []
+    assert graph["headline"]["stopped_in"] == {"stage": "dynamo_graph",
+                                               "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler"}
+    assert ("Its compile did not finish: it stopped inside `OutputGraph._call_user_compiler` (Dynamo graph's hook), "
+            "whose call did not return.") in (tmp_path / "r.md").read_text()
 
 
 NO_COMPILER = """\

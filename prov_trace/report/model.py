@@ -165,6 +165,13 @@ class FrameWithoutGraph(TypedDict):
     file: str | None
     line: int | None
     qualname: str | None
+    #: Where its compile stopped, when a traced call of it did not return (fullgraph=True on a graph break).
+    stopped_in: StoppedIn | None
+
+
+class StoppedIn(TypedDict):
+    stage: str
+    target: str | None
 
 
 class OutsideCompile(TypedDict):
@@ -713,8 +720,9 @@ def _headline(g: dict[str, Any], stage_order: list[str], stopped_in: dict[str, A
         "lines": len(rows),
         "reached": reached,
         "unobserved": unobserved,
-        # Where this graph's compile stopped: the deepest stage whose call for it did not return.
-        "stopped_in": stopped_in if unobserved else None,
+        # Where this graph's compile stopped: the deepest stage whose call for it did not return. A compile can
+        # stop where every later stage is off its path (a custom backend that raised), so it stands on its own.
+        "stopped_in": stopped_in,
         "worst": {"from": worst[0][0], "to": worst[0][1], "lines": worst[1]} if worst else None,
         "kernels": len(kernels) if ks.get("observed") else None,
         # The matrix's rule: a kernel carries a source when one of its IR ops has a stack trace.
@@ -909,7 +917,7 @@ def build(trace: Trace) -> ReportModel:
             for r in by_stage.get(S.SOURCE, []):
                 p = r.get("payload") or {}
                 frames_without_graph.append({"compile_id": cid, "file": p.get("file"), "line": p.get("first_line"),
-                                             "qualname": p.get("qualname")})
+                                             "qualname": p.get("qualname"), "stopped_in": None})
             continue
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
@@ -952,6 +960,10 @@ def build(trace: Trace) -> ReportModel:
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
+    # A frame with no graph has one record group of its compile id: where that compile stopped, if it did.
+    for f, stopped in zip(frames_without_graph, _stopped_in(
+            trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):
+        f["stopped_in"] = stopped
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
          "type": (r.get("error") or {}).get("type"), "message": (r.get("error") or {}).get("message")}

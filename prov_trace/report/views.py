@@ -284,6 +284,15 @@ def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
             + ", ".join(f"{k or '(empty)'} ×{n}" for k, n in sorted(kinds.items())) + ". Upgrade prov-trace to read them.")
 
 
+def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
+    if model.get("frames_without_graph"):
+        sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
+            join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))]
+                 + ([join(["(its compile stopped inside ", Code(target_function(f["stopped_in"].get("target"))),
+                           ", whose call did not return)"], "")] if f.get("stopped_in") else []), " ")
+            for f in model["frames_without_graph"]), "."]))
+
+
 def _outside_compile(sec: Section, model: dict[str, Any], titles: dict[str, str]) -> None:
     if model.get("outside_compile"):
         sec.blocks.append(Para(["Probe snapshots taken while no compile ran (the program called the function "
@@ -315,7 +324,11 @@ def _counts(model: dict[str, Any]) -> Section:
     if not model["graphs"]:
         sec.blocks.append(Para(["Nothing was compiled: the trace holds no graph, so there is nothing to count and no "
                                 "matrix. The Hooks table below says which hooks resolved and whether any fired."]))
-        stopped = [n for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
+        _frames_without_graph(sec, model)
+        said = {(f["stopped_in"].get("stage"), f["stopped_in"].get("target"))
+                for f in model.get("frames_without_graph") or [] if f.get("stopped_in")}
+        stopped = [n for n in model.get("not_returned") or []
+                   if n.get("stage") in S.STAGES and (n.get("stage"), n.get("target")) not in said]
         if stopped:
             # A compile or export that raised before any graph was recorded: its entry hook never fired.
             sec.blocks.append(Para(["Traced calls that did not return, so the compile stopped inside them: ", join(
@@ -335,10 +348,7 @@ def _counts(model: dict[str, Any]) -> Section:
                             + (" Under torch-spyre the kernel spec counts OpSpecs (one per op of a SuperDSC kernel) and "
                                "the artifact the ops of the kernels' sdsc_*.json files; the Spyre section counts the "
                                "kernels." if _is_spyre(model) else "")]))
-    if model.get("frames_without_graph"):
-        sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
-            join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))], " ")
-            for f in model["frames_without_graph"]), "."]))
+    _frames_without_graph(sec, model)
     _outside_compile(sec, model, titles)
     if model.get("cuts"):
         sec.blocks.append(Para(["Snapshots cut by a bound (docs/trace-format.md, Bounds): the counts and tables cover "
@@ -456,6 +466,11 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
             parts.append(f"{names} did not fire for this graph, so nothing is measured there"
                          + (": the run ended with an exception (Ended, above). " if raised else
                             " (the Counts section shows which hooks did not fire). "))
+    elif hl.get("stopped_in"):  # every stage on its path measured, but the compile did not finish
+        stopped = hl["stopped_in"]
+        parts += ["Its compile did not finish: it stopped inside ", Code(target_function(stopped.get("target"))),
+                  f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
+                  + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
         parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
@@ -959,6 +974,8 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             line += f", {_n(row['errors'], 'probe error')}"
         if row.get("raised") and not row["observed"]:
             line += f", {_n(row['raised'], 'call')} raised (the compile failed inside it)"
+        elif row.get("raised"):  # a compile of this run stopped here: another may have got through
+            line += f", {_n(row['raised'], 'call')} did not return"
         out.append(line)
         if state == "off path":
             out.append(f"      {row['off_path']}")
