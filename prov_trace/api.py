@@ -525,6 +525,21 @@ class RunResult:
     cwd: str | None = None
 
 
+def _idle_probes(session: Any) -> list[str]:
+    """The user's probes (--probe, --probes) that never fired, and why: the summary says it when there is a
+    report; with --no-report only this does."""
+    out = []
+    user = set(getattr(session, "user_hooks", ()) or ())
+    for st in getattr(session, "states", None) or []:
+        if st.hook not in user or st.fired or st.errors:
+            continue
+        if st.reason:
+            out.append(f"probe {st.hook.target} ({st.hook.stage}) never fired: {st.reason}")
+        else:
+            out.append(f"probe {st.hook.target} ({st.hook.stage}) never fired: the program did not call it")
+    return out
+
+
 def report_path_for(path: str, fmt: str) -> str:
     """The default report path takes the suffix of an explicit --format."""
     if path == DEFAULT_REPORT and fmt in ("html", "json"):
@@ -786,6 +801,9 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
                 + f" in {os.path.relpath(children_dir)}{os.sep}: {', '.join(os.path.basename(p) for p in streams[:8])}"
                 + (", ..." if len(streams) > 8 else ""))
         built = None
+        if report is None:  # no summary will say it: a probe of the user's own that never ran is worth a line
+            for text in _idle_probes(tracer.session):
+                log(f"warning: {text}")
         if report is not None:
             # Absolute paths, taken before the program ran: it may have changed the working directory.
             if streams:

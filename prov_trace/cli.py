@@ -307,7 +307,8 @@ _PATH_IN = click.Path(dir_okay=False)
 @click.option("--report", "report_path", default=DEFAULT_REPORT, show_default=True, metavar="FILE", type=_PATH_OUT,
               help="Where to write the report (with --format html or json the default suffix follows the format).")
 @click.option("--format", "report_format", type=click.Choice(FORMATS), default="auto", show_default=True, help=_FORMAT_HELP)
-@click.option("--no-report", is_flag=True, help="Write only the trace; build the report later with `prov-trace report`.")
+@click.option("--no-report", is_flag=True, help="Write only the trace; build the report later with `prov-trace report`. "
+              "No per-stage summary is printed then, but a --probe that never fired is named on stderr.")
 @click.option("--profile", type=click.Choice(PROFILES), default="auto", show_default=True,
               help="Which pipeline's hooks to watch. `auto` picks by the model's device (spyre, cuda, else cpu), "
                    "or for a script by the machine, and says why.")

@@ -457,3 +457,20 @@ def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph_and_the_rep
     checked = cli("check", "t.msgpack", "--require", "post_grad:stack_trace=all", cwd=tmp_path)
     assert checked.returncode == 1
     assert "the trace holds no graph: nothing was compiled (the compile stopped inside _export)" in checked.stdout
+
+
+def test_with_no_report_a_probe_that_never_fired_is_still_named(tmp_path):
+    """The per-stage summary is built from the report, so with --no-report a probe that did not resolve
+    (a typo) or that the program never called went unmentioned: the run looked like it had watched it."""
+    (tmp_path / "s.py").write_text("def used(x):\n    return x + 1\n\n\ndef unused(x):\n    return x\n\n\n"
+                                   "print(used(1))\n")
+    proc = cli("run", "-q", "--no-report", "-o", "t.msgpack", "--probe", "__main__:used",
+               "--probe", "__main__:usde", "--probe", "__main__:unused", "s.py", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "2\n", proc.stdout + proc.stderr
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning:" in ln]
+    assert warnings == [
+        f"prov-trace: warning: probe __main__:usde (usde) never fired: {tmp_path / 's.py'} (run as __main__) "
+        "defines no function usde",
+        "prov-trace: warning: probe __main__:unused (unused) never fired: the program did not call it",
+    ], proc.stderr
+    assert (tmp_path / "t.msgpack").exists() and not (tmp_path / "provenance_audit.md").exists()

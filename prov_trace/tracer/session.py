@@ -119,6 +119,8 @@ class TraceSession:
         self.requested_backend = backend
         # The profile's hooks for the torch installed here: a hook names the releases its target holds for.
         self.hooks = profile.hooks_for(torchver.installed()) + tuple(extra_hooks)
+        #: The hooks the caller added to the profile's (a user's probes).
+        self.user_hooks = tuple(extra_hooks)
         self.argv = list(sys.argv if argv is None else argv)
         self.log = log
         self.header_extra = header_extra or {}
