@@ -411,3 +411,41 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     assert not result.ok and [(f["graph"], f["why"]) for f in result.results[0]["failures"]] == [
         ("0/0 inference", "the stage did not fire: nothing was measured (the graph's compile stopped inside "
                           "GraphLowering.compile_to_module)")]
+
+
+RESET_BETWEEN = """\
+import torch
+import torch._dynamo
+
+
+def f(x):
+    return torch.sin(x) + 1
+
+
+def g(x):
+    return torch.cos(x) * 3
+
+
+print(torch.compile(f)(torch.ones(8)).sum().item())
+torch._dynamo.reset()
+print(torch.compile(g)(torch.ones(8)).sum().item())
+"""
+
+
+def test_compiles_after_a_dynamo_reset_are_graphs_of_their_own(tmp_path):
+    """torch._dynamo.reset() starts Dynamo's compile ids at 0/0 again: g's compile joined f's graph, one
+    "0/0 inference" with both functions' lines, nodes and kernels summed."""
+    import prov_trace
+
+    (tmp_path / "r.py").write_text(RESET_BETWEEN)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "r.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    model = prov_trace.load(tmp_path / "t.msgpack").model
+    graphs = {g["label"]: g for g in model["graphs"]}
+    assert list(graphs) == ["0/0 inference", "0/0#2 inference"]
+    for label, line, op in (("0/0 inference", 6, "aten.sin.default"), ("0/0#2 inference", 10, "aten.cos.default")):
+        stages = graphs[label]["stages"]
+        assert [o["name"] for o in stages["source"]["objects"]] == [f"{tmp_path / 'r.py'}:{line}"]
+        post = [o["target"] for o in stages["post_grad"]["objects"]]
+        assert op in post and len(post) == 2, post
+    assert "## Graph 0/0#2 inference" in (tmp_path / "r.md").read_text()

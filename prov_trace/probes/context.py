@@ -164,6 +164,31 @@ def aot_graph_kind(frame: types.FrameType | None) -> str | None:
 def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
                      state: dict | None = None) -> tuple[str | None, str | None]:
     state = {} if state is None else state
+    cid, kind = _context(stage, frame, retval, state)
+    if cid is None or cid == EXPORT_ID or cid.startswith(EXPORT_ID + "-"):
+        return cid, kind
+    return _after_resets(state, cid, stage == schema.SOURCE and not _is_export_frame(frame.f_code)), kind
+
+
+def _after_resets(state: dict, cid: str, starts: bool) -> str:
+    """Dynamo's compile id, told apart from the same id before a ``torch._dynamo.reset()``.
+
+    A reset sets Dynamo's frame counters back to zero, so the next compile is ``0/0`` again and its
+    records would join the first ``0/0``'s graph. Dynamo starts each id once (``_compile``, the Source
+    hook, ``starts``); an id that starts again is the first of a new round of compiles. The ids of the
+    second round read ``0/0#2``, of the third ``0/0#3``. (A backward graph compiled lazily, at the first
+    backward after a reset, takes the new round's id.)"""
+    started = state.setdefault("started_ids", set())
+    if starts:
+        if cid in started:
+            state["round"] = state.get("round", 1) + 1
+            started.clear()
+        started.add(cid)
+    n = state.get("round", 1)
+    return cid if n == 1 else f"{cid}#{n}"
+
+
+def _context(stage: str, frame: types.FrameType, retval: Any, state: dict) -> tuple[str | None, str | None]:
     if stage == schema.EXPORT_GRAPH or (stage == schema.SOURCE and _is_export_frame(frame.f_code)):
         return _export_id(state, retval, frame), None
     if stage in (schema.SOURCE, schema.DYNAMO_GRAPH):
