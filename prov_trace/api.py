@@ -528,16 +528,16 @@ class RunResult:
 def _idle_probes(session: Any) -> list[str]:
     """The user's probes (--probe, --probes) that never fired, and why: the summary says it when there is a
     report; with --no-report only this does."""
-    out = []
     user = set(getattr(session, "user_hooks", ()) or ())
-    for st in getattr(session, "states", None) or []:
-        if st.hook not in user or st.fired or st.errors:
-            continue
-        if st.reason:
-            out.append(f"probe {st.hook.target} ({st.hook.stage}) never fired: {st.reason}")
-        else:
-            out.append(f"probe {st.hook.target} ({st.hook.stage}) never fired: the program did not call it")
-    return out
+    states = [st for st in getattr(session, "states", None) or [] if st.hook in user]
+    ran = {(st.hook.target, st.hook.stage) for st in states if st.fired or st.errors}
+    out: dict[tuple, str] = {}  # one line per probe, though @both makes it two hooks
+    for st in states:
+        key = (st.hook.target, st.hook.stage)
+        if key not in ran and key not in out:
+            out[key] = (f"probe {st.hook.target} ({st.hook.stage}) never fired: "
+                        + (st.reason or "the program did not call it"))
+    return list(out.values())
 
 
 def report_path_for(path: str, fmt: str) -> str:

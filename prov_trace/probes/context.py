@@ -67,9 +67,10 @@ def _next_export(state: dict, spend: bool) -> str:
 
 def _no_export_open(state: dict) -> bool:
     """True when no ``_export`` can be running on this thread: its module is not loaded, or the session's
-    own bookkeeping proves it: ``_export`` is a target, and none of this thread's open target calls is one. A program outside any export (the common
-    case) then skips the walk up its whole stack. False when only the walk can tell: ``_export`` is not
-    traced (a profile without the export hooks), or one is open (it may have left by an exception)."""
+    own bookkeeping proves it (``_export`` is a target, and none of this thread's open target calls is
+    one). A program outside any export (the common case) then skips the walk up its whole stack. False
+    when only the walk can tell: ``_export`` is not traced (a profile without the export hooks), or one
+    is open (it may have left by an exception)."""
     if "torch.export._trace" not in sys.modules:  # where ``_export`` lives: no frame of it without the module
         return True
     open_codes, traced_codes = state.get("open_codes"), state.get("traced_codes")
