@@ -11,7 +11,7 @@ import os
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import reliability_support as rs
@@ -272,6 +272,9 @@ _unknown = st.tuples(st.sampled_from(["widget", "gadget", "probe2", ""]), _dict(
 
 @FUZZ
 @given(records=st.lists(st.one_of(_probe(), _hook, _note, _unknown, _unknown), max_size=12), end=_opt(_end))
+# Found by CI: a user stage's unwind whose payload is not a map (a newer version may write any shape there).
+@example(records=[("probe", {"stage": "source", "payload": {}}),
+                  ("probe", {"phase": "unwind", "stage": "user.stage", "payload": 1})], end=None)
 def test_a_newer_minor_version_reads_past_unknown_kinds(records, end):
     header = msgpack.packb({"kind": "header", "seq": 0, "t_ns": 0, "schema": schema.SCHEMA_NAME,
                             "version": [schema.SCHEMA_VERSION[0], schema.SCHEMA_VERSION[1] + 1]}, **_PACKER)

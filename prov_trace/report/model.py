@@ -1061,7 +1061,8 @@ def _not_returned(trace: Trace) -> list[dict[str, Any]]:
     out: dict[tuple, int] = {}
     for r in trace.records:
         if r.get("kind") == S.PROBE and r.get("phase") == "unwind" and isinstance(r.get("stage"), str):
-            why = (r.get("payload") or {}).get("why")
+            payload = r.get("payload")  # a newer version's user stage may carry any shape here
+            why = payload.get("why") if isinstance(payload, dict) else None
             key = (r["stage"], r.get("target") if isinstance(r.get("target"), str) else None,
                    why if isinstance(why, str) else None)
             out[key] = out.get(key, 0) + 1
