@@ -449,3 +449,51 @@ def test_compiles_after_a_dynamo_reset_are_graphs_of_their_own(tmp_path):
         post = [o["target"] for o in stages["post_grad"]["objects"]]
         assert op in post and len(post) == 2, post
     assert "## Graph 0/0#2 inference" in (tmp_path / "r.md").read_text()
+
+
+EXPORT_THEN_COMPILE = """\
+import torch
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.relu(self.l(x))
+
+
+ep = torch.export.export(M(), (torch.randn(2, 8),))
+print(torch.compile(ep.module())(torch.randn(2, 8)).shape)
+"""
+
+
+def test_a_backward_graph_never_compiled_and_an_export_off_inductors_path_read_as_what_they_are(tmp_path):
+    """A forward outside torch.no_grad() makes a backward graph Inductor compiles only at a backward call:
+    its empty stages read "(the Counts section shows which hooks did not fire)". And `check` failed the
+    exported program's FX post-grad, a stage off its path, as "the stage produced no objects"."""
+    import prov_trace
+
+    (tmp_path / "e.py").write_text(EXPORT_THEN_COMPILE)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "e.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    graphs = {g["label"]: g for g in prov_trace.load(tmp_path / "t.msgpack").model["graphs"]}
+    assert list(graphs) == ["export", "0/0 forward", "0/0 backward"]
+    assert [g["headline"]["lazy_backward"] for g in graphs.values()] == [False, False, True]
+    assert "post_grad" in graphs["0/0 backward"]["headline"]["unobserved"]
+    assert ("did not fire for this graph: Inductor compiles a backward graph at its first backward call, and the run "
+            "made none while it was traced") in (tmp_path / "r.md").read_text()
+
+    rule = "post_grad:stack_trace>=0.5"
+    both = cli("check", "t.msgpack", "--require", rule, cwd=tmp_path)
+    assert both.returncode == 1 and both.stdout.splitlines()[1:3] == [
+        "        graph 0/0 backward, FX post-grad: the stage did not fire: nothing was measured (Inductor compiles "
+        "a backward graph at its first backward call, and the run made none; under torch.no_grad() there is no "
+        "backward graph)",
+        "0 of 1 rules hold; 1 failed"], both.stdout
+    forward = cli("check", "t.msgpack", "--graph", "0/0 forward", "--graph", "export", "--require", rule, cwd=tmp_path)
+    assert forward.returncode == 0 and forward.stdout.startswith(f"ok    {rule}  (1 cell)"), forward.stdout
+    export = cli("check", "t.msgpack", "--graph", "export", "--require", rule, cwd=tmp_path)
+    assert export.returncode == 1 and ("trace: the rule applies to no graph here: its cells are not applicable "
+                                       "(not on this compile's path (torch.export)), so it checks nothing") in export.stdout

@@ -131,11 +131,16 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
     results = []
     for rule in rules:
         stages = _resolve(rule, model)
-        failures, checked = [], []
+        failures, checked, skipped = [], [], []
         for g in chosen:
             row = next((r for r in g["matrix"] if r["field"] == rule.field), None)
             for st in stages:
                 c = (row or {}).get("cells", {}).get(st) or {"state": "unobserved", "n": 0, "total": 0}
+                if c["state"] == "na":
+                    # ➖ in this graph's matrix: the stage is off its path (an export that Inductor did not
+                    # compile), or the pipeline has not made the field yet there. Not this graph's to hold.
+                    skipped.append(c.get("reason") or "not applicable")
+                    continue
                 item = {"graph": g["label"], "stage": st, "state": c["state"], "n": c["n"], "total": c["total"]}
                 checked.append(item)
                 if c["state"] == "unobserved":
@@ -143,6 +148,9 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                     hl = g.get("headline") or {}
                     if hl.get("stopped_in") and st in hl.get("unobserved", []):
                         why += f" (the graph's compile stopped inside {target_function(hl['stopped_in'].get('target'))})"
+                    elif hl.get("lazy_backward") and st in hl.get("unobserved", []):
+                        why += (" (Inductor compiles a backward graph at its first backward call, and the run made "
+                                "none; under torch.no_grad() there is no backward graph)")
                     failures.append({**item, "why": why})
                 elif not rule.holds(c["n"], c["total"]):
                     failures.append({**item, "why": _why(rule, c)})
@@ -153,6 +161,10 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
             failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
                              "why": f"{rule.field} is measured at no stage of this trace (no stage's objects have "
                                     "such a slot), so the rule checks nothing"})
+        elif not checked:  # every cell it names is ➖: a rule that checks nothing must not pass
+            failures.append({"graph": None, "stage": None, "state": None, "n": 0, "total": 0,
+                             "why": "the rule applies to no graph here: its cells are not applicable ("
+                                    + "; ".join(dict.fromkeys(skipped)) + "), so it checks nothing"})
         results.append({"rule": rule.text, "holds": not failures, "checked": checked, "failures": failures})
     return results
 

@@ -723,6 +723,11 @@ def _headline(g: dict[str, Any], stage_order: list[str], stopped_in: dict[str, A
         # Where this graph's compile stopped: the deepest stage whose call for it did not return. A compile can
         # stop where every later stage is off its path (a custom backend that raised), so it stands on its own.
         "stopped_in": stopped_in,
+        # A backward graph AOT built at the forward's compile, that Inductor never compiled: it does so at the
+        # first backward call, and the run made none (a forward outside torch.no_grad() makes such a graph).
+        "lazy_backward": bool(g.get("kind") == "backward" and unobserved and not stopped_in
+                              and (g["stages"].get(S.AOT_GRAPH) or {}).get("observed")
+                              and all(stage_order.index(st) > stage_order.index(S.AOT_GRAPH) for st in unobserved)),
         "worst": {"from": worst[0][0], "to": worst[0][1], "lines": worst[1]} if worst else None,
         "kernels": len(kernels) if ks.get("observed") else None,
         # The matrix's rule: a kernel carries a source when one of its IR ops has a stack trace.
