@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -233,8 +234,9 @@ def test_probe_on_a_nested_function_in_a_module_imported_later(tmp_path):
     assert model["stage_order"][-2:] == ["inner", "outer"]
     # No compile ran: the snapshots belong to no graph, and are counted apart.
     assert model["graphs"] == []
-    assert model["outside_compile"] == [{"stage": "inner", "target": f"{name}:outer.<locals>.inner", "snapshots": 4},
-                                        {"stage": "outer", "target": f"{name}:outer", "snapshots": 2}]
+    assert model["outside_compile"] == [
+        {"stage": "inner", "target": f"{name}:outer.<locals>.inner", "compile_id": None, "snapshots": 4},
+        {"stage": "outer", "target": f"{name}:outer", "compile_id": None, "snapshots": 2}]
     from prov_trace.report.readers import read_stage
 
     records = [r for r in read_trace(path).records if r.get("kind") == "probe" and r.get("stage") == "inner"]
@@ -353,8 +355,8 @@ def test_a_probe_on_the_programs_own_function_called_outside_a_compile(tmp_path)
     report = prov_trace.load(tmp_path / "t.msgpack")
     assert report.graphs == ["0/0 inference"]
     assert report.model["outside_compile"] == [
-        {"stage": "myhelper", "target": "__main__:helper", "snapshots": 2},
-        {"stage": "Box.meth", "target": "__main__:Box.meth", "snapshots": 1}]
+        {"stage": "myhelper", "target": "__main__:helper", "compile_id": None, "snapshots": 2},
+        {"stage": "Box.meth", "target": "__main__:Box.meth", "compile_id": None, "snapshots": 1}]
     assert report.check("kernel_spec:origins=all").ok
     assert cli("check", "t.msgpack", "--require", "kernel_spec:origins=all", cwd=tmp_path).returncode == 0
     summary = {ln.split()[0]: ln for ln in proc.stdout.splitlines() if ln.startswith("  ")}
@@ -406,7 +408,8 @@ def test_a_probe_called_inside_each_export_and_after_them_goes_where_it_ran(tmp_
     model = prov_trace.load(tmp_path / "t.msgpack").model
     assert [(g["label"], len(g["stages"]["myhelper"]["objects"])) for g in model["graphs"]] == [
         ("export", 1), ("export-2", 1)]
-    assert model["outside_compile"] == [{"stage": "myhelper", "target": "__main__:helper", "snapshots": 1}]
+    assert model["outside_compile"] == [{"stage": "myhelper", "target": "__main__:helper", "compile_id": None,
+                                         "snapshots": 1}]
 
 
 FAILED_EXPORT_THEN_A_CALL = """\
@@ -454,6 +457,14 @@ def test_a_probe_called_after_an_export_that_raised_goes_to_no_graph_and_the_rep
     report = (tmp_path / "provenance_audit.md").read_text()
     assert ("Traced calls that did not return, so the compile stopped inside them: `_export` (Source's hook), "
             f"1 call: {why}.") in report
+    # The snapshot inside the failed export was said to be "taken while no compile ran".
+    assert prov_trace.load(tmp_path / "t.msgpack").model["outside_compile"] == [
+        {"stage": "myhelper", "target": "__main__:helper", "compile_id": "export", "snapshots": 1},
+        {"stage": "myhelper", "target": "__main__:helper", "compile_id": None, "snapshots": 1}]
+    assert ("Probe snapshots taken inside a compile or export that recorded no stage of the pipeline (it stopped "
+            "before any did), so they belong to no graph and no rule is checked on them: `__main__:helper` "
+            "(myhelper) 1 snapshot in `export`.") in report
+    assert re.search(r"^  myhelper +outside .*\(\+2 taken outside any graph\)$", proc.stdout, re.M), proc.stdout
     checked = cli("check", "t.msgpack", "--require", "post_grad:stack_trace=all", cwd=tmp_path)
     assert checked.returncode == 1
     assert "the trace holds no graph: nothing was compiled (the compile stopped inside _export)" in checked.stdout

@@ -177,6 +177,9 @@ class StoppedIn(TypedDict):
 class OutsideCompile(TypedDict):
     stage: str
     target: str | None
+    #: None: taken while no compile ran; else the compile or export it ran in, which recorded no stage of
+    #: the pipeline (it raised first).
+    compile_id: str | None
     snapshots: int
 
 
@@ -910,10 +913,12 @@ def build(trace: Trace) -> ReportModel:
     for (cid, kind), by_stage in _group(trace).items():
         if not any(st in S.STAGES for st in by_stage):
             # Only user probes fired here: their function ran while no compile did (no Dynamo compile id
-            # was current). Not a graph: said apart, so a rule on the graphs is not checked against it.
+            # was current), or inside a compile or export that recorded no stage of the pipeline (it raised
+            # first). Not a graph: said apart, so a rule on the graphs is not checked against it.
             for st, recs in by_stage.items():
                 for r in recs:
-                    key = (st, r.get("target") if isinstance(r.get("target"), str) else None)
+                    key = (st, r.get("target") if isinstance(r.get("target"), str) else None,
+                           cid if isinstance(cid, str) else None)
                     outside[key] = outside.get(key, 0) + 1
             continue
         if kind is None and set(by_stage) <= {S.SOURCE}:
@@ -986,7 +991,8 @@ def build(trace: Trace) -> ReportModel:
         "errors": errors,
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
-        "outside_compile": [{"stage": st, "target": tgt, "snapshots": n} for (st, tgt), n in outside.items()],
+        "outside_compile": [{"stage": st, "target": tgt, "compile_id": cid, "snapshots": n}
+                            for (st, tgt, cid), n in outside.items()],
         "not_returned": _not_returned(trace),
         "cuts": _cuts(trace),
         "summary": _summary(graphs, hooks, stage_order, outside, _unwound(trace)),
@@ -1032,7 +1038,7 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             "boundary": len(seen_boundary),
             "unresolved": [f"{h.get('target')}: {h.get('reason')}" for h in hs if not h.get("resolved")],
             "off_path": _summary_off_path(graphs, st) if not observed else None,
-            "outside_compile": sum(n for (stage, _), n in (outside or {}).items() if stage == st),
+            "outside_compile": sum(n for (stage, _, _), n in (outside or {}).items() if stage == st),
             # Calls of its targets that exited by an exception (the compile failed inside them): called, no result.
             "raised": (unwound or {}).get(st, 0),
         })

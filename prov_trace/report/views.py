@@ -294,12 +294,21 @@ def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
 
 
 def _outside_compile(sec: Section, model: dict[str, Any], titles: dict[str, str]) -> None:
-    if model.get("outside_compile"):
+    def listed(entries: list[dict[str, Any]], where: bool) -> Join:
+        return join(join([Code(o.get("target")), f"({titles.get(o['stage'], o['stage'])})",
+                          f"{o['snapshots']} snapshot{'s' if o['snapshots'] != 1 else ''}"]
+                         + ([join(["in ", Code(o["compile_id"])], "")] if where else []), " ") for o in entries)
+
+    outside = [o for o in model.get("outside_compile") or [] if o.get("compile_id") is None]
+    inside = [o for o in model.get("outside_compile") or [] if o.get("compile_id") is not None]
+    if outside:
         sec.blocks.append(Para(["Probe snapshots taken while no compile ran (the program called the function "
-                                "itself), so they belong to no graph and no rule is checked on them: ", join(
-            join([Code(o.get("target")), f"({titles.get(o['stage'], o['stage'])})",
-                  f"{o['snapshots']} snapshot{'s' if o['snapshots'] != 1 else ''}"], " ")
-            for o in model["outside_compile"]), "."]))
+                                "itself), so they belong to no graph and no rule is checked on them: ",
+                                listed(outside, False), "."]))
+    if inside:
+        sec.blocks.append(Para(["Probe snapshots taken inside a compile or export that recorded no stage of the "
+                                "pipeline (it stopped before any did), so they belong to no graph and no rule is "
+                                "checked on them: ", listed(inside, True), "."]))
 
 
 def _counts(model: dict[str, Any]) -> Section:
@@ -973,7 +982,9 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
         if row.get("boundary"):
             line += f" (+{row['boundary']} placeholders and outputs)"
         if row.get("outside_compile"):
-            line += f" (+{row['outside_compile']} taken while no compile ran)"
+            line += f" (+{row['outside_compile']} taken " + (
+                "outside any graph)" if any(o.get("compile_id") is not None and o.get("stage") == row["stage"]
+                                            for o in model.get("outside_compile") or []) else "while no compile ran)")
         if row["errors"]:
             line += f", {_n(row['errors'], 'probe error')}"
         if row.get("raised") and not row["observed"]:
