@@ -974,6 +974,7 @@ def build(trace: Trace) -> ReportModel:
     for f, stopped in zip(frames_without_graph, _stopped_in(
             trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):
         f["stopped_in"] = stopped
+    not_returned = _not_returned(trace)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
          "type": (r.get("error") or {}).get("type"), "message": (r.get("error") or {}).get("message")}
@@ -993,9 +994,9 @@ def build(trace: Trace) -> ReportModel:
         "frames_without_graph": frames_without_graph,
         "outside_compile": [{"stage": st, "target": tgt, "compile_id": cid, "snapshots": n}
                             for (st, tgt, cid), n in outside.items()],
-        "not_returned": _not_returned(trace),
+        "not_returned": not_returned,
         "cuts": _cuts(trace),
-        "summary": _summary(graphs, hooks, stage_order, outside, _unwound(trace)),
+        "summary": _summary(graphs, hooks, stage_order, outside, _unwound(not_returned)),
         "spyre": _spyre.run_facts(trace),
     }
 
@@ -1080,12 +1081,11 @@ def _not_returned(trace: Trace) -> list[dict[str, Any]]:
     return [{"stage": st, "target": tgt, "why": why, "calls": n} for (st, tgt, why), n in out.items()]
 
 
-def _unwound(trace: Trace) -> dict[str, int]:
-    """Per stage, the calls of its targets the tracer saw exit by an exception (its `unwind` records)."""
+def _unwound(not_returned: list[dict[str, Any]]) -> dict[str, int]:
+    """Per stage, the calls of its targets that did not return (`_not_returned`, summed over targets)."""
     out: dict[str, int] = {}
-    for r in trace.records:
-        if r.get("kind") == S.PROBE and r.get("phase") == "unwind" and isinstance(r.get("stage"), str):
-            out[r["stage"]] = out.get(r["stage"], 0) + 1
+    for n in not_returned:
+        out[n["stage"]] = out.get(n["stage"], 0) + n["calls"]
     return out
 
 
