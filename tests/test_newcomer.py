@@ -195,6 +195,11 @@ def test_a_sequential_model_is_explained_in_the_report(tmp_path):
     import re
 
     assert note in html.unescape(re.sub(r"\\(.)", r"\1", report.to_markdown()))
+    # No line holds an op, so the two per-line sections say so rather than show an empty table.
+    md = report.to_markdown()
+    assert "No line of source holds an op in this graph, so there is no line to lose." in md
+    survival = md.split("### Provenance survival per source line")[1].split("### Lineage")[0]
+    assert "| Line | Code |" not in survival and "No line of your own source holds an op" in survival
 
 
 def test_check_rules_in_help_are_quoted_and_an_eaten_operator_gets_a_hint(mlp_run):

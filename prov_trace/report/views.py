@@ -496,7 +496,9 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
 def _losses(g: dict[str, Any], titles: dict[str, str], anchors: dict[str, str]) -> Section:
     sec = Section("Where provenance is lost", 3)
     if not g["losses"]:
-        sec.blocks.append(Para(["No line of the model's source is lost between stages in this graph."]))
+        sec.blocks.append(Para(["No line of the model's source is lost between stages in this graph."
+                                if g["survival"] else
+                                "No line of source holds an op in this graph, so there is no line to lose."]))
         return sec
     sec.blocks.append(Para(["The model's lines grouped by the stage transition that lost them and by the kind of object "
                             "there that lost them, most lines first: what to fix first."]))
@@ -556,7 +558,9 @@ def _survival(g: dict[str, Any], order: list[str], titles: dict[str, str]) -> Se
         Para(["For each line of model source (your own files first, each file's lines together): the last stage where an object still carries that line, and the first "
               "stage after it where none does (with the objects there that lost it). In HTML, click a line to highlight "
               "everything it flows into, in the lineage graph and the per-stage tables."]),
-        Table(headers, rows),
+        (Table(headers, rows) if rows else
+         Para(["No line of your own source holds an op in this graph"
+               + (": the library and framework lines that do are below." if library else ", and no other line does either.")])),
         *([Section(f"Library and framework lines ({len(library)})", 4, [
             Para(["Lines in installed packages and torch itself that the stack traces name: not your code."]),
             Table(headers, library)], collapsed=True)] if library else []),
