@@ -423,6 +423,9 @@ def test_triton_artifact_probe_reads_a_module_with_triton_kernels(stock, tmp_pat
     k = ks[tname]
     assert k["how"] == "triton" and k["def_line"] and [c["line"] for c in k["calls"]]
     assert any("Topologically Sorted Source Nodes" in c for c in k["provenance_comments"])
+    # The call's own comment is read past the stream line Triton's wrapper puts between them.
+    (call,) = k["calls"]
+    assert call["comments"] == ["# Topologically Sorted Source Nodes: [relu, mul], Original ATen: [aten.relu, aten.mul]"]
     assert any("kernel path" in c for c in k["comments"])
     assert ks["extern_kernels.mm"]["kind"] == "extern"
 

@@ -18,9 +18,15 @@ _DEF_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*) = async_compile\.(?P<how>\w+)\(")
 _CALL_RE = re.compile(r"^\s+(?:(?P<assign>[\w, ]+)\s*=\s*)?(?P<name>(?:extern_kernels\.\w+|torch\.ops\.[\w.]+|[A-Za-z_]\w*))(?:\.run)?\(")
 
 
+# Triton's wrapper writes a kernel's comment, then the stream it runs on (once per device), then the call.
+_STREAM_RE = re.compile(r"^\s*stream\w* = get_raw_stream\(")
+
+
 def _comments_above(lines: list[str], index: int) -> list[str]:
     out = []
     i = index - 1
+    if i >= 0 and _STREAM_RE.match(lines[i]):
+        i -= 1
     while i >= 0 and lines[i].lstrip().startswith("#"):
         out.append(cut_str(lines[i].strip(), 2000))
         i -= 1
