@@ -189,3 +189,44 @@ def test_a_compiled_train_step_counts_its_breaks_and_torchs_lines_as_no_loss(tmp
     # The optimizer's graph is torch's code through and through: none of its lines is the model's.
     for g in model["graphs"]:
         assert not any(r["user"] for r in g["survival"] if "torch" + os.sep + "optim" in str(r["file"])), g["label"]
+
+
+REUSED_KERNEL = """\
+import torch
+import torch._inductor.config as c
+c.trace.provenance_tracking_level = 1
+def f(x, w):
+    a = x @ w
+    a = torch.tanh(a) + a
+    a = a @ w
+    b = torch.tanh(a) + a
+    return b
+print(torch.compile(f)(torch.randn(4, 4), torch.randn(4, 4)).shape)
+"""
+
+
+def test_a_kernel_inductor_reuses_is_one_artifact_object_per_use(tmp_path):
+    """Lines 6 and 8 lower to the same code, so Inductor defines one kernel and calls it twice. The second use
+    was the kernel spec's `#2` with no artifact object of that name: line 8 read as lost at the artifact though
+    the emitted file comments its call."""
+    (tmp_path / "reuse.py").write_text(REUSED_KERNEL)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "reuse.py", cwd=tmp_path,
+               env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    spec = [o["name"] for o in g["stages"][S.KERNEL_SPEC]["objects"] if o["kind"] == "generated"]
+    assert len(spec) == 2 and spec[1] == f"{spec[0]} #2", spec
+    art = {o["name"]: o for o in g["stages"][S.ARTIFACT]["objects"] if o["kind"] == "generated"}
+    first, second = art[spec[0]], art[spec[1]]
+    assert first["def_line"] == second["def_line"] and first["call_lines"][0] < second["call_lines"][0]
+    assert second.get("reused") and not first.get("reused")
+    # Each use carries the debug handle at its own call, not the other's.
+    assert first["provenance_comments"] != second["provenance_comments"]
+    assert all(c.endswith(f"{second['kernel']}:{c.rsplit(':', 1)[1]}") for c in second["provenance_comments"])
+    rows = {r["line"]: r for r in g["survival"]}
+    assert rows[8]["last_stage"] == S.ARTIFACT and rows[8]["lost_at"] is None, rows[8]
+    assert rows[8]["counts"][S.ARTIFACT] == 1 and g["losses"] == []
+    edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
+    assert (lineage.node_id(S.KERNEL_SPEC, spec[1]), lineage.node_id(S.ARTIFACT, spec[1]), "name") in edges
+    assert f"| `{spec[1]}` | generated, reused | {second['def_line']} |" in report.to_markdown()

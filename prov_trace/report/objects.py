@@ -184,8 +184,19 @@ def artifact_objects(records: list[dict[str, Any]], stage_records: list[dict[str
         if p.get("path"):
             read.files.append(p["path"])
         for k in p.get("kernels", []):
-            if k.get("kind") == "generated":
-                entries = [(k.get("kernel"), k.get("def_line"), k.get("calls", []), k.get("provenance_comments", []))]
+            calls = k.get("calls", [])
+            if k.get("kind") == "generated" and len(calls) <= 1:
+                entries = [(k.get("kernel"), k.get("def_line"), calls, k.get("provenance_comments", []))]
+            elif k.get("kind") == "generated":
+                # A kernel Inductor reused (the same code for another op) is defined once and called once per
+                # use; the kernel spec has one object per use, in call order. The comment above the definition
+                # was written for the first use only, so a later use carries only its call's comments.
+                head = [x for x in k.get("comments", []) if S.is_provenance_comment(x)]
+                entries = [
+                    (k.get("kernel") if i == 0 else f"{k.get('kernel')} #{i + 1}", k.get("def_line"), [c],
+                     (head if i == 0 else []) + [x for x in c.get("comments", []) if S.is_provenance_comment(x)])
+                    for i, c in enumerate(calls)
+                ]
             else:
                 # Extern and fallback kernels have no definition: each call site is one kernel, as at the kernel spec.
                 entries = [
@@ -198,6 +209,7 @@ def artifact_objects(records: list[dict[str, Any]], stage_records: list[dict[str
                     "name": name,
                     "kernel": k.get("kernel"),
                     "kind": k.get("kind"),
+                    **({"reused": True} if k.get("kind") == "generated" and name != k.get("kernel") else {}),
                     "file": p.get("path"),
                     "def_line": def_line,
                     "call_lines": [c.get("line") for c in calls],

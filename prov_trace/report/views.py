@@ -350,8 +350,9 @@ def _counts(model: dict[str, Any]) -> Section:
     sec.blocks.append(Para(["Objects per stage: source lines, FX compute nodes (call_function, call_method, "
                             "call_module: the ones the matrix measures; placeholders, attributes and outputs are "
                             "counted on their own line), IR ops, kernels, kernels found in the emitted file. The "
-                            "kernel spec counts each kernel Inductor defines or calls (extern kernels once per call); "
-                            "the artifact counts each kernel the emitted file defines, and each extern call in it. "
+                            "kernel spec counts each kernel Inductor defines or calls (extern kernels once per call, and a "
+                            "kernel reused for several ops once per use); the artifact counts each kernel the emitted "
+                            "file defines, each later call of one it reuses, and each extern call. "
                             "\"= 0/0 forward\" marks a stage a graph shares with the first graph of its compile: "
                             "AOT autograd splits one Dynamo graph into the forward and backward graphs."
                             + (" Under torch-spyre the kernel spec counts OpSpecs (one per op of a SuperDSC kernel) and "
@@ -637,7 +638,7 @@ def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: 
                 {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
     elif st == S.ARTIFACT:
         table = Table(["Kernel", "Kind", "Def line", "Call lines", "Provenance comments"], [
-            Row([Code(o["name"]), str(o["kind"]), str(o.get("def_line") or ""),
+            Row([Code(o["name"]), f"{o['kind']}, reused" if o.get("reused") else str(o["kind"]), str(o.get("def_line") or ""),
                  ", ".join(map(str, o.get("call_lines") or [])),
                  join((Code(c) for c in o["provenance_comments"]), "\n") if o["provenance_comments"] else Sym("no")],
                 {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
@@ -912,7 +913,8 @@ def _code_files(model: dict[str, Any]) -> list[dict[str, Any]]:
             f = files.setdefault(path, {"path": path, "spans": []})
             f["spans"].append({
                 "kernel": o["name"], "g": gi, "label": g["label"], "anchor": anchors.get(f"{S.ARTIFACT}:{o['name']}"),
-                "def_line": o.get("def_line"), "calls": o.get("call_lines") or [],
+                # A reused kernel's later uses are their call lines: the definition's span is the first use's.
+                "def_line": None if o.get("reused") else o.get("def_line"), "calls": o.get("call_lines") or [],
                 "commented": bool(o.get("provenance_comments")),
                 "ir": [[n, anchors.get(f"{S.IR_POST}:{n}") or anchors.get(f"{S.IR_PRE}:{n}")] for n in k.get("ops", [])],
                 "post": [[n, anchors.get(f"{S.POST_GRAD}:{n}")] for n in k.get("post_nodes", [])],
