@@ -201,20 +201,40 @@ def f(x, w):
     a = a @ w
     b = torch.tanh(a) + a
     return b
+def g(x, w):  # the same ops, compiled with a C++ wrapper: the module embeds its wrapper and kernels as C++
+    a = x @ w
+    a = torch.tanh(a) + a
+    a = a @ w
+    b = torch.tanh(a) + a
+    return b
 print(torch.compile(f)(torch.randn(4, 4), torch.randn(4, 4)).shape)
+with c.patch(cpp_wrapper=True):
+    print(torch.compile(g)(torch.randn(4, 4), torch.randn(4, 4)).shape)
 """
 
 
-def test_a_kernel_inductor_reuses_is_one_artifact_object_per_use(tmp_path):
+def test_a_kernel_inductor_reuses_is_one_artifact_object_per_use_and_cpp_wrapper_code_is_read(tmp_path):
     """Lines 6 and 8 lower to the same code, so Inductor defines one kernel and calls it twice. The second use
     was the kernel spec's `#2` with no artifact object of that name: line 8 read as lost at the artifact though
-    the emitted file comments its call."""
+    the emitted file comments its call. Under cpp_wrapper the module holds C++ in a string, which was not read:
+    every line read as lost at the artifact."""
     (tmp_path / "reuse.py").write_text(REUSED_KERNEL)
     proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "reuse.py", cwd=tmp_path,
                env={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = prov_trace.load(tmp_path / "t.msgpack")
-    (g,) = report.model["graphs"]
+    g, cpp = report.model["graphs"]
+    assert (g["label"], cpp["label"]) == ("0/0 inference", "1/0 inference")
+    _assert_reuse_read(report, g, first_line=6)
+    _assert_reuse_read(report, cpp, first_line=12)
+    # The C++ wrapper's calls are C++: the shim's aoti_torch_cpu_mm_out for the matmuls, with their // comments.
+    art = cpp["stages"][S.ARTIFACT]["objects"]
+    assert [o["name"] for o in art if o["kind"] == "extern"] == ["aoti_torch_cpu_mm_out", "aoti_torch_cpu_mm_out #2"]
+    assert all(c.startswith("// ") for o in art for c in o["provenance_comments"])
+    assert cpp["headline"]["reached"][S.ARTIFACT] == cpp["headline"]["lines"] == 4, cpp["headline"]
+
+
+def _assert_reuse_read(report, g, first_line):
     spec = [o["name"] for o in g["stages"][S.KERNEL_SPEC]["objects"] if o["kind"] == "generated"]
     assert len(spec) == 2 and spec[1] == f"{spec[0]} #2", spec
     art = {o["name"]: o for o in g["stages"][S.ARTIFACT]["objects"] if o["kind"] == "generated"}
@@ -225,8 +245,9 @@ def test_a_kernel_inductor_reuses_is_one_artifact_object_per_use(tmp_path):
     assert first["provenance_comments"] != second["provenance_comments"]
     assert all(c.endswith(f"{second['kernel']}:{c.rsplit(':', 1)[1]}") for c in second["provenance_comments"])
     rows = {r["line"]: r for r in g["survival"]}
-    assert rows[8]["last_stage"] == S.ARTIFACT and rows[8]["lost_at"] is None, rows[8]
-    assert rows[8]["counts"][S.ARTIFACT] == 1 and g["losses"] == []
+    last = rows[first_line + 2]  # the reused kernel's second use
+    assert last["last_stage"] == S.ARTIFACT and last["lost_at"] is None, last
+    assert last["counts"][S.ARTIFACT] == 1 and g["losses"] == []
     edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
     assert (lineage.node_id(S.KERNEL_SPEC, spec[1]), lineage.node_id(S.ARTIFACT, spec[1]), "name") in edges
     assert f"| `{spec[1]}` | generated, reused | {second['def_line']} |" in report.to_markdown()

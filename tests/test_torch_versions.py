@@ -10,7 +10,7 @@ import pytest
 
 from prov_trace import torchver
 from prov_trace.contract import ENTRY, Hook, Profile
-from prov_trace.probes import graphs, profiles
+from prov_trace.probes import artifact, graphs, profiles
 from prov_trace.stream import schema
 
 WRAPPER = """\
@@ -115,7 +115,7 @@ def test_torch_gate(version, code, says):
 
 
 def test_cpp_wrapper_scan_finds_each_kernel_and_its_comments():
-    ks = {k["kernel"]: k for k in graphs.scan_cpp_source(WRAPPER)}
+    ks = {k["kernel"]: k for k in artifact.scan_cpp_source(WRAPPER)}
     assert set(ks) == {"aoti_torch_cpu_addmm_out", "cpp_fused_relu_0"}  # empty_strided and grad_mode_set_enabled are no kernels
     addmm = ks["aoti_torch_cpu_addmm_out"]
     assert addmm["kind"] == "extern" and [c["line"] for c in addmm["calls"]] == [6, 17]
@@ -129,7 +129,7 @@ def test_cpp_wrapper_scan_finds_each_kernel_and_its_comments():
 
 
 def test_cpp_kernel_file_scan_finds_the_definition():
-    (k,) = graphs.scan_cpp_source(KERNEL)
+    (k,) = artifact.scan_cpp_source(KERNEL)
     assert (k["kernel"], k["kind"], k["def_line"], k["provenance_comments"]) == ("cpp_fused_relu_0", "generated", 4, [])
 
 

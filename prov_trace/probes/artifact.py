@@ -3,7 +3,9 @@
 ``scan_module_source`` is a pure function of the file's text; it finds each
 kernel definition (``name = async_compile.<kind>(``) and each call in the
 wrapper (generated kernels, ``extern_kernels.*``, ``torch.ops.*`` fallbacks),
-and keeps the comment lines directly above each one.
+and keeps the comment lines directly above each one. Under ``cpp_wrapper`` the
+module embeds its wrapper and kernels as C++, which ``scan_cpp_source`` reads
+(as it reads AOTInductor's ``.cpp`` files).
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def _comments_above(lines: list[str], index: int) -> list[str]:
     return out
 
 
-def scan_module_source(text: str) -> list[dict[str, Any]]:
-    """Each kernel in a generated module, with where it is defined and called and its comments."""
+def scan_python_source(text: str) -> list[dict[str, Any]]:
+    """Each kernel of a Python wrapper, with where it is defined and called and its comments."""
     lines = text.splitlines()
     kernels: dict[str, dict[str, Any]] = {}
     for i, line in enumerate(lines):
@@ -78,6 +80,81 @@ def with_provenance_comments(kernels: dict[str, dict[str, Any]]) -> list[dict[st
             found.extend(c for c in call["comments"] if is_provenance_comment(c))
         entry["provenance_comments"] = found
     return list(kernels.values())
+
+
+# --- C++: AOTInductor's files, and the wrapper a `cpp_wrapper` module embeds -----------------------
+
+_CPP_DEF_RE = re.compile(r'^extern "C"\s+\S+\s+(?P<name>cpp_fused_\w+|cpp_\w+_kernel\w*)\((?P<args>[^)]*)\)\s*(?P<end>;|\{|$)')
+#: Kernels are the generated cpp_fused_* functions and the C shim's per-device ops, aoti_torch_<device>_<op>
+#: (aoti_torch_cpu_addmm_out); other aoti_torch_* calls allocate, view or set modes (aoti_torch_empty_strided,
+#: aoti_torch_grad_mode_set_enabled) and are not kernels.
+_CPP_CALL_RE = re.compile(r"^\s+(?:AOTI_TORCH_ERROR_CODE_CHECK\()?(?P<name>aoti_torch_(?:cpu|cuda|xpu|mps)_\w+|cpp_fused_\w+)\(")
+
+
+def _cpp_comments_above(lines: list[str], i: int) -> list[str]:
+    """The ``//`` lines above line i, skipping the ``static constexpr`` size arrays AOTI writes between."""
+    out = []
+    j = i - 1
+    while j >= 0 and (lines[j].lstrip().startswith("//") or lines[j].lstrip().startswith("static constexpr")):
+        if lines[j].lstrip().startswith("//"):
+            out.append(cut_str(lines[j].strip(), 2000))
+        j -= 1
+    out.reverse()
+    return out
+
+
+def scan_cpp_source(text: str) -> list[dict[str, Any]]:
+    """Each kernel a C++ file defines (``extern "C" ... cpp_fused_*``) or calls (``cpp_fused_*``,
+    ``aoti_torch_<device>_*``), with the comment lines above it: the artifact payload's ``kernels``."""
+    lines = text.splitlines()
+    kernels: dict[str, dict[str, Any]] = {}
+    for i, line in enumerate(lines):
+        m = _CPP_DEF_RE.match(line)
+        if m and m.group("end") != ";":
+            kernels.setdefault(m.group("name"), {"kernel": m.group("name"), "kind": "generated", "def_line": i + 1,
+                                                  "calls": [], "comments": _cpp_comments_above(lines, i)})
+    for i, line in enumerate(lines):
+        m = _CPP_CALL_RE.match(line)
+        if not m:
+            continue
+        name = m.group("name")
+        entry = kernels.setdefault(name, {"kernel": name, "kind": "extern" if name.startswith("aoti_torch_") else "generated",
+                                          "def_line": None, "calls": [], "comments": []})
+        entry["calls"].append({"line": i + 1, "comments": _cpp_comments_above(lines, i)})
+    return with_provenance_comments(kernels)
+
+
+_CPP_WRAPPER_START = "cpp_wrapper_src = ("
+_STRING_END = re.compile(r"^\s*(\"\"\"|\'\'\')\s*$")
+
+
+def _cpp_wrapper_span(lines: list[str]) -> tuple[int, int] | None:
+    """The lines of the C++ an Inductor ``cpp_wrapper`` module embeds in its ``cpp_wrapper_src`` string."""
+    for i, line in enumerate(lines):
+        if line.startswith(_CPP_WRAPPER_START):
+            end = next((j for j in range(i + 2, len(lines)) if _STRING_END.match(lines[j])), len(lines))
+            return i + 1, end
+    return None
+
+
+def scan_module_source(text: str) -> list[dict[str, Any]]:
+    """Each kernel in a generated module: the Python wrapper's, and under ``cpp_wrapper`` the embedded
+    C++'s (its kernels are defined and called there), numbered by the module's own lines."""
+    kernels = scan_python_source(text)
+    lines = text.splitlines()
+    span = _cpp_wrapper_span(lines)
+    if span is not None:
+        first, last = span
+        seen = {k["kernel"] for k in kernels}
+        for k in scan_cpp_source("\n".join(lines[first:last])):
+            if k["kernel"] in seen:
+                continue
+            if k["def_line"] is not None:
+                k["def_line"] += first
+            for c in k["calls"]:
+                c["line"] += first
+            kernels.append(k)
+    return kernels
 
 
 def scan_module_file(path: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 from prov_trace.contract import ProbeCall
 from prov_trace.probes import fx, source
 from prov_trace.probes.snapshot import cut_str, safe_str
-from prov_trace.probes.artifact import with_provenance_comments
+from prov_trace.probes.artifact import scan_cpp_source
 
 #: Placeholders listed per graph in the Dynamo graph's `inputs`.
 MAX_INPUTS = 256
@@ -82,46 +82,6 @@ def probe_export_graph(call: ProbeCall) -> dict:
 
 
 # --- AOTInductor's C++ -----------------------------------------------------------------------------
-
-_CPP_DEF_RE = re.compile(r'^extern "C"\s+\S+\s+(?P<name>cpp_fused_\w+|cpp_\w+_kernel\w*)\((?P<args>[^)]*)\)\s*(?P<end>;|\{|$)')
-#: Kernels are the generated cpp_fused_* functions and the C shim's per-device ops, aoti_torch_<device>_<op>
-#: (aoti_torch_cpu_addmm_out); other aoti_torch_* calls allocate, view or set modes (aoti_torch_empty_strided,
-#: aoti_torch_grad_mode_set_enabled) and are not kernels.
-_CPP_CALL_RE = re.compile(r"^\s+(?:AOTI_TORCH_ERROR_CODE_CHECK\()?(?P<name>aoti_torch_(?:cpu|cuda|xpu|mps)_\w+|cpp_fused_\w+)\(")
-
-
-def _cpp_comments_above(lines: list[str], i: int) -> list[str]:
-    """The ``//`` lines above line i, skipping the ``static constexpr`` size arrays AOTI writes between."""
-    out = []
-    j = i - 1
-    while j >= 0 and (lines[j].lstrip().startswith("//") or lines[j].lstrip().startswith("static constexpr")):
-        if lines[j].lstrip().startswith("//"):
-            out.append(cut_str(lines[j].strip(), 2000))
-        j -= 1
-    out.reverse()
-    return out
-
-
-def scan_cpp_source(text: str) -> list[dict[str, Any]]:
-    """Each kernel a C++ file defines (``extern "C" ... cpp_fused_*``) or calls (``cpp_fused_*``,
-    ``aoti_torch_<device>_*``), with the comment lines above it: the artifact payload's ``kernels``."""
-    lines = text.splitlines()
-    kernels: dict[str, dict[str, Any]] = {}
-    for i, line in enumerate(lines):
-        m = _CPP_DEF_RE.match(line)
-        if m and m.group("end") != ";":
-            kernels.setdefault(m.group("name"), {"kernel": m.group("name"), "kind": "generated", "def_line": i + 1,
-                                                  "calls": [], "comments": _cpp_comments_above(lines, i)})
-    for i, line in enumerate(lines):
-        m = _CPP_CALL_RE.match(line)
-        if not m:
-            continue
-        name = m.group("name")
-        entry = kernels.setdefault(name, {"kernel": name, "kind": "extern" if name.startswith("aoti_torch_") else "generated",
-                                          "def_line": None, "calls": [], "comments": []})
-        entry["calls"].append({"line": i + 1, "comments": _cpp_comments_above(lines, i)})
-    return with_provenance_comments(kernels)
-
 
 def probe_aoti_artifact(call: ProbeCall) -> dict:
     """`AotCodeCompiler.compile` returned the files it wrote: one payload per C++ source (wrapper, kernels),

@@ -83,7 +83,7 @@ def read_source(path: str, recorded: dict[int, str] | None = None) -> FileText:
     return FileText(path, "ok", lines, "; ".join(notes).capitalize() + "." if notes else None)
 
 
-_TOP_LEVEL = re.compile(r"^(?:[A-Za-z_]\w*\s*=|def |class |async def |async_compile\.wait|if __name__|@|//|extern |#include)")
+_TOP_LEVEL = re.compile(r"^(?:[A-Za-z_]\w*\s*=|def |class |async def |async_compile\.wait|if __name__|@|//|extern |#include|\"\"\")")
 
 
 def python_spans(lines: list[str | None]) -> dict[int, int]:
