@@ -579,6 +579,9 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
       - objects (FX nodes, IR ops, kernels) added or removed at each stage,
         and lineage edges added or removed;
       - source lines whose provenance now ends at an earlier (or later) stage.
+    Source lines match by file and line. A file the traces name at different
+    paths (a baseline from another checkout or machine) is paired by its
+    name, and a line an edit moved is matched by its text.
     A field's population dropped when B populates a smaller fraction of a
     stage's objects than A did, or B did not measure that stage at all; a
     graph A has and B lacks (B compiled less, or nothing) is a regression too.

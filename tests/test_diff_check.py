@@ -45,6 +45,34 @@ def traceback_run(tmp_path_factory) -> Run:
     return Run(proc, d / "t.msgpack", d / "audit.md", d)
 
 
+def test_diff_matches_a_source_file_at_another_path_and_lines_an_edit_moved(mlp_run, tmp_path):
+    """A baseline trace from another checkout or machine names the model at another path, and an edit above a
+    line moves it: both used to read as every source line removed and added, and 'No change' in survival
+    meant no line had been compared at all."""
+    copy_dir = tmp_path / "elsewhere"
+    copy_dir.mkdir()
+    text = (EXAMPLES / "reference_mlp.py").read_text()
+    (copy_dir / "reference_mlp.py").write_text("# an edit above the model\n# moves every line down by two\n" + text)
+    (tmp_path / "compile_mlp.py").write_text(SCRIPT)
+    cli("run", "-q", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"),
+        str(tmp_path / "compile_mlp.py"), str(copy_dir), cwd=tmp_path, check=True)
+    proc = cli("diff", str(mlp_run.trace), str(tmp_path / "t.msgpack"), "-o", str(tmp_path / "d.json"))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "d.json").read_text())
+    (pair,) = d["files_paired"]
+    assert pair["a"] == str(EXAMPLES / "reference_mlp.py") and pair["b"] == str(copy_dir / "reference_mlp.py")
+    (g,) = d["graphs"]
+    lines = {r["line"] for r in mlp_run.model()["graphs"][0]["survival"]}
+    assert d["lines_moved"] == len(lines) and not g["survival_unmatched"], d["lines_moved"]
+    # The same model: no source object, lineage edge or line's survival differs; the traceback field rose.
+    assert g["objects"] == {} and g["edges"] == {"added": [], "removed": []} and g["survival"] == []
+    assert [(r["field"], r["change"]) for r in g["fields"]] == [("traceback", "up"), ("traceback", "up")]
+    md = cli("diff", str(mlp_run.trace), str(tmp_path / "t.msgpack"), check=True).stdout
+    said = next(ln for ln in md.splitlines() if "each pair is compared as one file" in ln).replace("\\", "")
+    assert said.endswith(f"`reference_mlp.py` (A: {pair['a']}, B: {pair['b']}).") and "5 source line(s)" not in said, said
+    assert md.split("### Source lines whose survival moved", 1)[1].strip() == "No change."
+
+
 def _cells(model, field):
     return next(r for r in model["graphs"][0]["matrix"] if r["field"] == field)["cells"]
 

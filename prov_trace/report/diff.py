@@ -12,9 +12,11 @@ measured at all (the stage did not fire, or produced no objects).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable
 
 from prov_trace.report import html, jsonout, markdown, views
+from prov_trace.stream import schema as S
 
 S_NA = "na"
 
@@ -41,8 +43,66 @@ def _cell(c: dict[str, Any]) -> dict[str, Any]:
     return {"state": c["state"], "n": c.get("n", 0), "total": c.get("total", 0)}
 
 
+def _source_files(m: dict[str, Any]) -> set[str]:
+    return {r["file"] for g in m["graphs"] for r in g["survival"] if isinstance(r.get("file"), str)}
+
+
+def _pair_files(files_a: set[str], files_b: set[str]) -> dict[str, str]:
+    """B's path -> A's, for a source file the traces name at different paths (another checkout, another
+    machine): paired when it is the only file of that name on each side that the other side lacks."""
+    by_name: dict[str, tuple[list[str], list[str]]] = {}
+    for side, files in ((0, files_a - files_b), (1, files_b - files_a)):
+        for f in sorted(files):
+            by_name.setdefault(os.path.basename(f), ([], []))[side].append(f)
+    return {bs[0]: as_[0] for as_, bs in by_name.values() if len(as_) == 1 and len(bs) == 1}
+
+
+Line = tuple[Any, Any]
+
+
+def _line_texts(m: dict[str, Any]) -> dict[Line, Any]:
+    return {(r["file"], r["line"]): r.get("text") for g in m["graphs"] for r in g["survival"]}
+
+
+def _line_map(a: dict[str, Any], b: dict[str, Any], pairs: dict[str, str]) -> dict[Line, Line]:
+    """B's source line -> the same line in A: the same number with the same text, else the one line of that
+    text in the file on both sides (an edit above it moved it). A line of B with neither is in no map."""
+    ta, tb = _line_texts(a), _line_texts(b)
+
+    def unique(texts: dict[Line, Any]) -> dict[tuple[Any, Any], Any]:
+        seen: dict[tuple[Any, Any], Any] = {}
+        for (f, ln), text in texts.items():
+            key = (f, text)
+            seen[key] = None if key in seen else ln
+        return seen
+
+    ua, ub = unique(ta), unique(tb)
+    out: dict[Line, Line] = {}
+    for (fb, lb), text in tb.items():
+        fa = pairs.get(fb, fb)
+        if (fa, lb) in ta and ta[(fa, lb)] == text:
+            out[(fb, lb)] = (fa, lb)
+        elif text and ub.get((fb, text)) is not None and ua.get((fa, text)) is not None:
+            out[(fb, lb)] = (fa, ua[(fa, text)])
+    return out
+
+
+def _renamer(lines: dict[Line, Line]) -> Callable[[str], str]:
+    """Rename a source line's name (`file:line`) or lineage id (`source:file:line`) to A's name of that line."""
+    def rename(name: str) -> str:
+        prefix = "source:" if name.startswith("source:") else ""
+        path, sep, line = name[len(prefix):].rpartition(":")
+        to = lines.get((path, int(line))) if sep and line.isdigit() else None
+        return f"{prefix}{to[0]}:{to[1]}" if to else name
+    return rename
+
+
 def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     order = list(a["stage_order"]) + [st for st in b["stage_order"] if st not in a["stage_order"]]
+    pairs = _pair_files(_source_files(a), _source_files(b))
+    lines = _line_map(a, b, pairs)
+    rename = _renamer(lines)
+    moved = sum(1 for fb_lb, fa_la in lines.items() if fb_lb[1] != fa_la[1])
     titles = {**a["stage_titles"], **b["stage_titles"]}
     ga = {g["label"]: g for g in a["graphs"]}
     gb = {g["label"]: g for g in b["graphs"]}
@@ -79,34 +139,43 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         for st in order:
             sa, sb = x["stages"].get(st), y["stages"].get(st)
             na = [str(o["name"]) for o in (sa or {}).get("objects", [])]
-            nb = [str(o["name"]) for o in (sb or {}).get("objects", [])]
+            nb = [rename(str(o["name"])) if st == S.SOURCE else str(o["name"]) for o in (sb or {}).get("objects", [])]
             set_a, set_b = set(na), set(nb)  # once per stage: a set per element would be quadratic
             added = [n for n in nb if n not in set_a]
             removed = [n for n in na if n not in set_b]
             if added or removed:
                 entry["objects"][st] = {"added": added, "removed": removed, "a": len(na), "b": len(nb)}
         ea = {(e["from"], e["to"]) for e in (x.get("lineage") or {}).get("edges", [])}
-        eb = {(e["from"], e["to"]) for e in (y.get("lineage") or {}).get("edges", [])}
+        eb = {(rename(e["from"]), e["to"]) for e in (y.get("lineage") or {}).get("edges", [])}
         entry["edges"] = {"added": [list(e) for e in sorted(eb - ea)], "removed": [list(e) for e in sorted(ea - eb)]}
-        sv_b = {(r["file"], r["line"]): r for r in y["survival"]}
+        sv_b = {lines[(r["file"], r["line"])]: r for r in y["survival"] if (r["file"], r["line"]) in lines}
+        entry["survival_compared"] = 0
         for ra in x["survival"]:
             rb = sv_b.get((ra["file"], ra["line"]))
             if rb is None:
                 continue
+            entry["survival_compared"] += 1
             ia, ib = _rank(order, ra["last_stage"]), _rank(order, rb["last_stage"])
             if ia == ib and ra["lost_at"] == rb["lost_at"]:
                 continue
             entry["survival"].append({
                 "file": ra["file"], "line": ra["line"], "text": ra["text"],
+                **({"line_b": rb["line"]} if rb["line"] != ra["line"] else {}),
                 "a": {"last_stage": ra["last_stage"], "lost_at": ra["lost_at"]},
                 "b": {"last_stage": rb["last_stage"], "lost_at": rb["lost_at"]},
                 "change": "earlier" if ib < ia else ("later" if ib > ia else "changed"),
             })
+        # Both have source lines and none is in both: "no change" would be no comparison at all.
+        entry["survival_unmatched"] = bool(x["survival"] and y["survival"]) and not entry.pop("survival_compared")
     return {
         "a": {"path": a["trace"]["path"], "complete": a["trace"]["complete"], "argv": a["header"].get("argv"),
               "torch": a["header"].get("torch")},
         "b": {"path": b["trace"]["path"], "complete": b["trace"]["complete"], "argv": b["header"].get("argv"),
               "torch": b["header"].get("torch")},
+        # Source files the two traces name at different paths, compared as one file (B's path -> A's).
+        "files_paired": [{"a": fa, "b": fb} for fb, fa in sorted(pairs.items(), key=lambda p: p[1])],
+        # Source lines B has at another number than A (matched by their text): compared as one line.
+        "lines_moved": moved,
         "stage_order": order,
         "stage_titles": titles,
         "symbols": a["symbols"],

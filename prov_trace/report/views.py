@@ -1037,6 +1037,14 @@ def diff_document(d: dict[str, Any]) -> Document:
     blocks.append(Para([f"{len(lost)} graph(s) of A missing from B, {drops} field population drop(s), "
                         f"{n_fields} population change(s), {d['survival_earlier']} source line(s) whose provenance "
                         "now ends at an earlier stage."]))
+    if d.get("files_paired"):
+        blocks.append(Para(["The traces name these source files at different paths (another checkout or machine); "
+                            "each pair is compared as one file: "]
+                           + [join([join([Code(basename(p["a"])), f"(A: {p['a']}, B: {p['b']})"], " ")
+                                    for p in d["files_paired"]]), "."]))
+    if d.get("lines_moved"):
+        blocks.append(Para([f"{d['lines_moved']} source line(s) are at another line number in B than in A (the file "
+                            "was edited): each is matched by its text and compared as one line, named by A's number."]))
     for g in d["graphs"]:
         sec = Section(f"Graph {g['label']}", 2)
         blocks.append(sec)
@@ -1067,10 +1075,14 @@ def diff_document(d: dict[str, Any]) -> Document:
         survival = Section("Source lines whose survival moved", 3)
         survival.blocks.append(Table(
             ["Line", "Source", "A: last attached", "B: last attached", "A: first lost", "B: first lost", "Change"], [
-                Row([Code(f"{basename(s['file'])}:{s['line']}"), Code(s["text"]), t(s["a"]["last_stage"]),
+                Row([Code(f"{basename(s['file'])}:{s['line']}" + (f" (B: {s['line_b']})" if s.get("line_b") else "")),
+                     Code(s["text"]), t(s["a"]["last_stage"]),
                      t(s["b"]["last_stage"]), t(s["a"]["lost_at"]) if s["a"]["lost_at"] else "survives",
                      t(s["b"]["lost_at"]) if s["b"]["lost_at"] else "survives", _change(s["change"])])
-                for s in g["survival"]]) if g["survival"] else Para(["No change."]))
+                for s in g["survival"]]) if g["survival"] else Para([
+                    "No change." if not g.get("survival_unmatched") else
+                    "No source line of this graph is in both traces (they name different files), so no line's "
+                    "survival could be compared."]))
         sec.blocks.append(survival)
     return Document("Provenance diff", blocks, kind="diff", page_title="Provenance diff")
 
