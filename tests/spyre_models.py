@@ -38,3 +38,15 @@ class Scale(nn.Module):
 
     def forward(self, x):
         return x * 2.0 + self.bias
+
+
+class CpuFallback(nn.Module):
+    """A matmul torch-spyre compiles, then a cumsum it has no kernel for: it falls back to the CPU."""
+
+    def __init__(self, d: int = 64):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.cumsum(h, dim=-1)

@@ -319,6 +319,26 @@ def test_graph_break_compiles_both_graphs_and_fusion_shows_in_fused_from(spyre_b
     assert not any(loss["to"] == "artifact" and any(ln["line"] == t_line for ln in loss["lines"]) for loss in losses), losses
 
 
+def test_an_op_that_falls_back_to_the_cpu_is_named_as_a_fallback_not_a_removal(spyre_tree, spyre_env, tmp_path):
+    """torch-spyre has no kernel for cumsum: Inductor makes it a FallbackKernel that runs as eager ATen on the CPU,
+    and no OpSpec holds it. Its line was ranked as 'removed: no object here comes from the line's carriers'."""
+    run = _run(spyre_tree, spyre_env, tmp_path / "out", f"{TESTS / 'spyre_models.py'}:CpuFallback")
+    assert "aten.cumsum.default is falling back to cpu" in run.proc.stderr
+    line = _source_line(TESTS / "spyre_models.py", "return torch.cumsum(h, dim=-1)")
+    (g,) = run.model["graphs"]
+    ir = {o["name"]: o["kind"] for o in g["stages"]["ir_post"]["objects"]
+          if any(s.get("line") == line for s in o["sources"])}
+    assert sorted(ir.values()) == ["FallbackKernel", "MultiOutput"], ir
+    row = next(r for r in g["survival"] if r["line"] == line)
+    assert (row["last_stage"], row["lost_at"], row["lost_by"]) == ("ir_post", "kernel_spec", [])
+    (loss,) = [x for x in g["losses"] if any(ln["line"] == line for ln in x["lines"])]
+    assert loss["kind"] == ("fallback op (FallbackKernel, MultiOutput): runs as eager ATen outside the backend's "
+                            "kernels, so no kernel spec holds it"), loss
+    # The matmul's line, which torch-spyre compiles, reaches the SDSC bundle.
+    fc = next(r for r in g["survival"] if r["line"] == _source_line(TESTS / "spyre_models.py", "h = self.fc(x)"))
+    assert fc["last_stage"] == "artifact" and fc["lost_at"] is None, fc
+
+
 def test_graph_break_register_kernel_provenance_agrees(spyre_break):
     cc = spyre_break.model["spyre"]["crosscheck"]
     assert cc["agree"], cc

@@ -755,6 +755,21 @@ def _loser_kind(stage: str, obj: dict[str, Any] | None) -> str:
     return str(obj.get("kind") or stage)
 
 
+#: LoopLevelIR kinds of an op Inductor hands to eager ATen (torch-spyre: "falling back to cpu") and the
+#: buffers that unpack its outputs: the backend makes no kernel of its own for them.
+_FALLBACK_IR = ("FallbackKernel", "MultiOutput")
+
+
+def _fallback_kinds(g: dict[str, Any], row: dict[str, Any]) -> list[str] | None:
+    """The IR kinds that last carried a line, when every one is a fallback op's (else None)."""
+    last = row["last_stage"]
+    if last not in (S.IR_PRE, S.IR_POST):
+        return None
+    names = set(row["carriers"].get(last) or [])
+    kinds = {str(o.get("kind")) for o in (g["stages"].get(last) or {}).get("objects", []) if o["name"] in names}
+    return sorted(kinds) if kinds and kinds <= set(_FALLBACK_IR) else None
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -767,9 +782,13 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         look = S.KERNEL_SPEC if st == S.ARTIFACT else st
         by_name = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
         losers = r["lost_by"] or [None]
+        fallback = _fallback_kinds(g, r) if r["lost_by"] == [] and st == S.KERNEL_SPEC else None
         for name in losers:
             obj = by_name.get(name) if name is not None else None
             kind = _loser_kind(st, obj) if st != S.ARTIFACT or obj is None else _loser_kind(S.ARTIFACT, obj)
+            if fallback:
+                kind = (f"fallback op ({', '.join(fallback)}): runs as eager ATen outside the backend's kernels, "
+                        "so no kernel spec holds it")
             key = (r["last_stage"], st, kind)
             grp = groups.setdefault(key, {"from": r["last_stage"], "to": st, "kind": kind, "lines": [], "objects": []})
             if (r["file"], r["line"]) not in grp["lines"]:
