@@ -20,8 +20,9 @@ _DEF_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*) = async_compile\.(?P<how>\w+)\(")
 _CALL_RE = re.compile(r"^\s+(?:(?P<assign>[\w, ]+)\s*=\s*)?(?P<name>(?:extern_kernels\.\w+|torch\.ops\.[\w.]+|[A-Za-z_]\w*))(?:\.run)?\(")
 
 
-# Triton's wrapper writes a kernel's comment, then the stream it runs on (once per device), then the call.
-_STREAM_RE = re.compile(r"^\s*stream\w* = get_raw_stream\(")
+# Triton's wrapper writes a kernel's comment, then the stream it runs on (torch 2.13 writes
+# `stream0 = get_raw_stream(0)`, or `raw_stream = ...` in a user's stream context, before each call), then the call.
+_STREAM_RE = re.compile(r"^\s*\w+\s*=\s*get_raw_stream\(")
 
 
 def _comments_above(lines: list[str], index: int) -> list[str]:
