@@ -502,3 +502,36 @@ def test_a_backward_graph_never_compiled_and_an_export_off_inductors_path_read_a
     export = cli("check", "t.msgpack", "--graph", "export", "--require", rule, cwd=tmp_path)
     assert export.returncode == 1 and ("trace: the rule applies to no graph here: its cells are not applicable "
                                        "(not on this compile's path (torch.export)), so it checks nothing") in export.stdout
+
+
+EXEC_SCRIPT = """\
+import torch
+src = '''
+def f(x):
+    y = x.sin()
+    return y * 2
+'''
+ns = {}
+exec(compile(src, "<generated>", "exec"), ns)
+print(torch.compile(ns["f"])(torch.randn(4)).shape)
+"""
+
+
+def test_code_made_from_a_string_is_not_called_library_code(tmp_path):
+    """A function exec'd from a string has no file: the Source stage holds none of its lines. The note said its
+    frame was 'library code ... as for an nn.Sequential: no line of your source is on this compile's path',
+    while the survival table listed its two lines as the model's."""
+    (tmp_path / "ex.py").write_text(EXEC_SCRIPT)
+    proc = cli("run", "-q", "-o", "t.msgpack", "--report", "r.md", "ex.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import prov_trace
+
+    (g,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    assert g["stages"]["source"]["objects"] == [] and g["stages"]["source"]["library"] == ["f (<generated>)"]
+    rows = [(r["file"], r["line"], r["user"]) for r in g["survival"]]
+    assert rows == [("<generated>", 3, True), ("<generated>", 4, True)], rows
+    (note,) = g["notes"]
+    assert note.startswith("Every frame Dynamo compiled for this graph is code with no file on disk (f (<generated>)): "
+                           "made from a string by exec or compile()"), note
+    assert note.endswith("2 of 2 pre-grad nodes carry a stack trace, which names its lines without their text."), note
+    assert "library code" not in note

@@ -807,6 +807,15 @@ def _graph_notes(stages: dict[str, dict[str, Any]]) -> list[str]:
     if src.get("observed") and not src["objects"] and pre.get("objects"):
         frames = src.get("library") or []
         traced = sum(1 for o in pre["objects"] if o["fields"].get("stack_trace", {}).get("populated"))
+        files = [m.group(1) for m in (re.search(r"\(([^()]*)\)$", f) for f in frames) if m]
+        if files and len(files) == len(frames) and all(f.startswith("<") for f in files):
+            # exec'd or compile()d code, or a forward FX generated: the program's own, with no file to read.
+            texts = any(sr.get("text") for o in pre["objects"] for sr in o["sources"])
+            notes.append(f"Every frame Dynamo compiled for this graph is code with no file on disk ({', '.join(frames[:3])}): "
+                         "made from a string by exec or compile(), or a forward FX generated. The Source stage reads a "
+                         f"file's lines, so it holds none; {traced} of {len(pre['objects'])} pre-grad nodes carry a stack "
+                         "trace, which names " + ("its lines." if texts else "its lines without their text."))
+            return notes
         notes.append("Every frame Dynamo compiled for this graph is library code"
                      + (f" ({', '.join(frames[:3])})" if frames else " (torch's own)")
                      + ", as for an nn.Sequential of torch modules: no line of your source is on this compile's "
