@@ -514,6 +514,10 @@ def f(x):
 ns = {}
 exec(compile(src, "<generated>", "exec"), ns)
 print(torch.compile(ns["f"])(torch.randn(4)).shape)
+class M(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+print(torch.compile(torch.fx.symbolic_trace(M()))(torch.randn(4)).shape)
 """
 
 
@@ -526,7 +530,8 @@ def test_code_made_from_a_string_is_not_called_library_code(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     import prov_trace
 
-    (g,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    g, fx = report.model["graphs"]
     assert g["stages"]["source"]["objects"] == [] and g["stages"]["source"]["library"] == ["f (<generated>)"]
     rows = [(r["file"], r["line"], r["user"]) for r in g["survival"]]
     assert rows == [("<generated>", 3, True), ("<generated>", 4, True)], rows
@@ -535,3 +540,10 @@ def test_code_made_from_a_string_is_not_called_library_code(tmp_path):
                            "made from a string by exec or compile()"), note
     assert note.endswith("2 of 2 pre-grad nodes carry a stack trace, which names its lines without their text."), note
     assert "library code" not in note
+    # The forward symbolic_trace generated: FX keeps its text, and its name stays in the report's line labels
+    # (it was cut to the path after "from", and read as a line of the script).
+    (fx_note,) = fx["notes"]
+    assert "code with no file on disk (forward (<eval_with_key>." in fx_note and fx_note.endswith("which names its lines.")
+    (fx_file,) = {r["file"] for r in fx["survival"]}
+    assert fx_file.startswith("<eval_with_key>.") and " from " in fx_file
+    assert f"`<eval_with_key>.{fx_file.split('.', 1)[1].split(' ', 1)[0]} from " in report.to_markdown().replace("\\", "")

@@ -61,6 +61,11 @@ def basename(path: Any) -> str:
 def short_path(path: Any) -> str:
     """The last two parts of a path (``examples/reference_mlp.py``): enough to tell files apart in a table."""
     p = str(path or "")
+    if p.startswith("<"):
+        # Code with no file: FX's generated forward is `<eval_with_key>.0 from /path/model.py:7 in forward`; its
+        # own name stays, or the row would read as a line of model.py.
+        head, sep, tail = p.partition(" from ")
+        return f"{head}{sep}{short_path(tail)}" if sep else p
     parts = p.replace("\\", "/").split("/")
     return "/".join(parts[-2:]) if len(parts) > 2 else p
 
