@@ -176,6 +176,16 @@ _active_lock = threading.Lock()
 _active: "Tracer | None" = None
 
 
+def _graphs_compiled_so_far() -> int:
+    """Graphs Dynamo compiled in this process so far (0 before torch._dynamo is imported). A call of one runs from
+    Dynamo's cache: nothing compiles, so a trace started after it sees nothing (a notebook cell run again)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    try:
+        return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
+    except Exception:  # another torch's counters: the hint is a courtesy, never a failure
+        return 0
+
+
 class Tracer:
     """One trace in this process: a stream, a profile's hooks on a backend, from ``start()`` to ``stop()``.
 
@@ -271,9 +281,11 @@ class Tracer:
                     self._progress = Progress()
                 elif callable(self.progress):
                     self._progress = self.progress
+                before = _graphs_compiled_so_far()
                 self.session = TraceSession(self.writer, self.profile, backend=self.backend_name, argv=self.argv,
                                             log=self.log, extra_hooks=self.hooks,
-                                            header_extra={**following.identity(), **self.header},
+                                            header_extra={**following.identity(), **self.header,
+                                                          **({"compiled_before": before} if before else {})},
                                             tool_id=self.tool_id, observer=self._progress, defer_main=self.defer_main)
                 self.session.on_fork = self._on_fork
                 try:

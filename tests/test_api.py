@@ -145,6 +145,27 @@ def test_repr_html_is_a_sandboxed_self_contained_frame(traced):
     assert repr(report) == "<prov-trace Report: 1 graph(s) ['0/0 inference'], complete>"
 
 
+def test_a_trace_of_code_compiled_before_it_started_says_why_it_holds_no_graph(tmp_path):
+    """A notebook cell run again: the compiled model runs from Dynamo's cache and nothing compiles. The report
+    said only 'Nothing was compiled', though the cell plainly called a compiled model."""
+    model = _mlp()
+    x = torch.randn(2, 128)
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        compiled(x)
+    with prov_trace.trace(tmp_path / "again.msgpack") as t:
+        with torch.no_grad():
+            compiled(x)
+    report = t.report()
+    assert report.graphs == []
+    before = report.model["header"]["compiled_before"]
+    assert isinstance(before, int) and before >= 1
+    md = report.to_markdown()
+    assert (f"Dynamo had compiled {before} graph{'s' if before != 1 else ''} in this process before tracing started. "
+            "A call of code compiled then runs from Dynamo's cache") in md
+    assert "call `torch._dynamo.reset()` before the traced block" in md
+
+
 def test_nesting_and_starting_twice_are_clear_errors(tmp_path):
     with prov_trace.trace(tmp_path / "a.msgpack") as outer:
         with pytest.raises(prov_trace.UsageError, match=r"^a trace is already running in this process \(writing .*a\.msgpack\): "

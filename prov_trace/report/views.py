@@ -333,6 +333,13 @@ def _counts(model: dict[str, Any]) -> Section:
     if not model["graphs"]:
         sec.blocks.append(Para(["Nothing was compiled: the trace holds no graph, so there is nothing to count and no "
                                 "matrix. The Hooks table below says which hooks resolved and whether any fired."]))
+        before = (model.get("header") or {}).get("compiled_before")
+        if isinstance(before, int) and before > 0:
+            sec.blocks.append(Para([
+                f"Dynamo had compiled {before} graph{'s' if before != 1 else ''} in this process before tracing "
+                "started. A call of code compiled then runs from Dynamo's cache and compiles nothing a trace can see "
+                "(a notebook cell run again): to trace its compile, call ", Code("torch._dynamo.reset()"),
+                " before the traced block, or compile a new object inside it."]))
         _frames_without_graph(sec, model)
         said = {(f["stopped_in"].get("stage"), f["stopped_in"].get("target"))
                 for f in model.get("frames_without_graph") or [] if f.get("stopped_in")}
