@@ -164,6 +164,9 @@ def test_a_trace_of_code_compiled_before_it_started_says_why_it_holds_no_graph(t
     assert (f"Dynamo had compiled {before} graph{'s' if before != 1 else ''} in this process before tracing started. "
             "A call of code compiled then runs from Dynamo's cache") in md
     assert "call `torch._dynamo.reset()` before the traced block" in md
+    (result,) = report.check("kernel_spec:origins=all").results
+    assert result["failures"][0]["why"].startswith(
+        f"the trace holds no graph: nothing was compiled (Dynamo had compiled {before} graph"), result
 
 
 def test_nesting_and_starting_twice_are_clear_errors(tmp_path):

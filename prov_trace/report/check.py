@@ -172,7 +172,13 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
 def _stopped(model: dict[str, Any]) -> str:
     """Where a run that compiled no graph stopped: the pipeline's calls that did not return, if any."""
     names = [target_function(n.get("target")) for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
-    return f" (the compile stopped inside {', '.join(dict.fromkeys(names))})" if names else ""
+    if names:
+        return f" (the compile stopped inside {', '.join(dict.fromkeys(names))})"
+    before = (model.get("header") or {}).get("compiled_before")
+    if isinstance(before, int) and before > 0:  # a notebook cell run again: the model runs from Dynamo's cache
+        return (f" (Dynamo had compiled {before} graph{'s' if before != 1 else ''} before tracing started, and code "
+                "compiled then runs from its cache: call torch._dynamo.reset() before the traced block)")
+    return ""
 
 
 def _why(rule: Rule, c: dict[str, Any]) -> str:
