@@ -73,6 +73,19 @@ def test_diff_matches_a_source_file_at_another_path_and_lines_an_edit_moved(mlp_
     assert md.split("### Source lines whose survival moved", 1)[1].strip() == "No change."
 
 
+def test_diff_a_line_whose_text_an_edit_changed_is_removed_and_added_not_the_same_line(mlp_run):
+    """On the pure function: B's line 19 says something else than A's line 19 and matches no other line of A."""
+    a = mlp_run.model()
+    b = copy.deepcopy(a)
+    row = next(r for r in b["graphs"][0]["survival"] if r["text"] == "x = self.fc1(x)")
+    row["text"] = "x = self.fc0(x)"
+    (g,) = dif.diff(a, b)["graphs"]
+    name = f"{row['file']}:{row['line']}"
+    assert g["objects"]["source"]["added"] == [f"{name} (B)"] and g["objects"]["source"]["removed"] == [name]
+    assert all(e[0] == f"source:{name} (B)" for e in g["edges"]["added"]) and g["edges"]["added"]
+    assert not any(s["line"] == row["line"] for s in g["survival"])  # not compared with A's line 19
+
+
 def _cells(model, field):
     return next(r for r in model["graphs"][0]["matrix"] if r["field"] == field)["cells"]
 

@@ -87,13 +87,18 @@ def _line_map(a: dict[str, Any], b: dict[str, Any], pairs: dict[str, str]) -> di
     return out
 
 
-def _renamer(lines: dict[Line, Line]) -> Callable[[str], str]:
-    """Rename a source line's name (`file:line`) or lineage id (`source:file:line`) to A's name of that line."""
+def _renamer(lines: dict[Line, Line], taken: set[Line]) -> Callable[[str], str]:
+    """Rename a source line's name (`file:line`) or lineage id (`source:file:line`) to A's name of that line.
+    A line of B that is no line of A but has the name of one (`taken`: an edit changed its text) is marked
+    `(B)`, so that the two read as one removed and one added, not as the same line."""
     def rename(name: str) -> str:
         prefix = "source:" if name.startswith("source:") else ""
         path, sep, line = name[len(prefix):].rpartition(":")
-        to = lines.get((path, int(line))) if sep and line.isdigit() else None
-        return f"{prefix}{to[0]}:{to[1]}" if to else name
+        key = (path, int(line)) if sep and line.isdigit() else None
+        to = lines.get(key) if key else None
+        if to:
+            return f"{prefix}{to[0]}:{to[1]}"
+        return f"{name} (B)" if key in taken else name
     return rename
 
 
@@ -101,7 +106,8 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     order = list(a["stage_order"]) + [st for st in b["stage_order"] if st not in a["stage_order"]]
     pairs = _pair_files(_source_files(a), _source_files(b))
     lines = _line_map(a, b, pairs)
-    rename = _renamer(lines)
+    in_a = set(_line_texts(a))
+    rename = _renamer(lines, {k for k in _line_texts(b) if k not in lines and (pairs.get(k[0], k[0]), k[1]) in in_a})
     moved = sum(1 for fb_lb, fa_la in lines.items() if fb_lb[1] != fa_la[1])
     titles = {**a["stage_titles"], **b["stage_titles"]}
     ga = {g["label"]: g for g in a["graphs"]}
