@@ -325,8 +325,15 @@ def test_an_op_that_falls_back_to_the_cpu_is_named_as_a_fallback_not_a_removal(s
     # Inductor's make_fallback raises for an op that has a decomposition when $CI is set (torch's own CI
     # guard), which torch-spyre's cumsum fallback meets: the model's compile needs it unset.
     env = {k: v for k, v in spyre_env.items() if k != "CI"}
-    run = _run(spyre_tree, env, tmp_path / "out", f"{TESTS / 'spyre_models.py'}:CpuFallback")
-    assert "aten.cumsum.default is falling back to cpu" in run.proc.stderr
+    # On 3.11 the fallback op, run after the compile, raises in torch-spyre's own warning
+    # (warnings.warn(skip_file_prefixes=...) is 3.12+): the compile is traced whole, the run ends with it.
+    old_python = sys.version_info < (3, 12)
+    run = _run(spyre_tree, env, tmp_path / "out", f"{TESTS / 'spyre_models.py'}:CpuFallback",
+               expect=1 if old_python else 0)
+    if old_python:
+        assert "'skip_file_prefixes' is an invalid keyword argument for warn()" in run.proc.stderr
+    else:
+        assert "aten.cumsum.default is falling back to cpu" in run.proc.stderr
     line = _source_line(TESTS / "spyre_models.py", "return torch.cumsum(h, dim=-1)")
     (g,) = run.model["graphs"]
     ir = {o["name"]: o["kind"] for o in g["stages"]["ir_post"]["objects"]
