@@ -142,6 +142,8 @@ def scan_module_source(text: str) -> list[dict[str, Any]]:
     """Each kernel in a generated module: the Python wrapper's, and under ``cpp_wrapper`` the embedded
     C++'s (its kernels are defined and called there), numbered by the module's own lines."""
     kernels = scan_python_source(text)
+    if _CPP_WRAPPER_START not in text:  # the usual Python wrapper: no second pass over its lines
+        return kernels
     lines = text.splitlines()
     span = _cpp_wrapper_span(lines)
     if span is not None:

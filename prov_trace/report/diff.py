@@ -64,10 +64,9 @@ def _line_texts(m: dict[str, Any]) -> dict[Line, Any]:
     return {(r["file"], r["line"]): r.get("text") for g in m["graphs"] for r in g["survival"]}
 
 
-def _line_map(a: dict[str, Any], b: dict[str, Any], pairs: dict[str, str]) -> dict[Line, Line]:
+def _line_map(ta: dict[Line, Any], tb: dict[Line, Any], pairs: dict[str, str]) -> dict[Line, Line]:
     """B's source line -> the same line in A: the same number with the same text, else the one line of that
     text in the file on both sides (an edit above it moved it). A line of B with neither is in no map."""
-    ta, tb = _line_texts(a), _line_texts(b)
 
     def unique(texts: dict[Line, Any]) -> dict[tuple[Any, Any], Any]:
         seen: dict[tuple[Any, Any], Any] = {}
@@ -105,9 +104,9 @@ def _renamer(lines: dict[Line, Line], taken: set[Line]) -> Callable[[str], str]:
 def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     order = list(a["stage_order"]) + [st for st in b["stage_order"] if st not in a["stage_order"]]
     pairs = _pair_files(_source_files(a), _source_files(b))
-    lines = _line_map(a, b, pairs)
-    in_a = set(_line_texts(a))
-    rename = _renamer(lines, {k for k in _line_texts(b) if k not in lines and (pairs.get(k[0], k[0]), k[1]) in in_a})
+    ta, tb = _line_texts(a), _line_texts(b)
+    lines = _line_map(ta, tb, pairs)
+    rename = _renamer(lines, {k for k in tb if k not in lines and (pairs.get(k[0], k[0]), k[1]) in ta})
     moved = sum(1 for fb_lb, fa_la in lines.items() if fb_lb[1] != fa_la[1])
     titles = {**a["stage_titles"], **b["stage_titles"]}
     ga = {g["label"]: g for g in a["graphs"]}
