@@ -369,6 +369,13 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
     # A nested node keeps its own graph: the branches are two graphs besides the top one.
     assert len({o["graph_id"] for o in cond["stages"]["dynamo_graph"]["objects"]}) == 3
     assert len(cond["stages"]["dynamo_graph"]["boundary"]) == len(cond["stages"]["pre_grad"]["boundary"]) == 10
+    # The run's summary counts what the Counts table counts, though each branch has an `output` node as the top
+    # graph does (it once counted names, so the three outputs were one).
+    summary = {row["stage"]: row for row in model["summary"]}
+    for st in ("dynamo_graph", "pre_grad", "aot_graph", "post_grad"):
+        graphs = [fwd, cond] if st in ("dynamo_graph", "pre_grad") else model["graphs"]  # shared by fwd and bwd
+        assert summary[st]["objects"] == sum(len(g["stages"][st]["objects"]) for g in graphs), st
+        assert summary[st]["boundary"] == sum(len(g["stages"][st]["boundary"]) for g in graphs), st
 
 
 # --- dynamic shapes and modes --------------------------------------------------------------------------

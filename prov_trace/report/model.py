@@ -1053,8 +1053,9 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             if d and d["observed"]:
                 observed = True
                 key = (g["compile_id"], None if shared else g["kind"])
-                seen.update((*key, o["name"]) for o in d["objects"])
-                seen_boundary.update((*key, o["name"]) for o in d.get("boundary", []))
+                # A nested graph's nodes (a torch.cond's branches) may share names with the top graph's.
+                seen.update((*key, o.get("graph_id"), o["name"]) for o in d["objects"])
+                seen_boundary.update((*key, o.get("graph_id"), o["name"]) for o in d.get("boundary", []))
         objects = len(seen)
         rows.append({
             "stage": st,
