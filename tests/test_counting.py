@@ -251,3 +251,40 @@ def _assert_reuse_read(report, g, first_line):
     edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
     assert (lineage.node_id(S.KERNEL_SPEC, spec[1]), lineage.node_id(S.ARTIFACT, spec[1]), "name") in edges
     assert f"| `{spec[1]}` | generated, reused | {second['def_line']} |" in report.to_markdown()
+
+
+VIEWS_INTO_AN_EXTERN_KERNEL = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+qkv, out = nn.Linear(32, 96), nn.Linear(32, 32)
+def attend(x):
+    q, k, v = (t.view(2, 8, 4, 8).transpose(1, 2) for t in qkv(x).chunk(3, dim=-1))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    y = y.transpose(1, 2).reshape(2, 8, 32)
+    return out(y)
+with torch.no_grad():
+    print(torch.compile(attend)(torch.randn(2, 8, 32)).shape)
+"""
+
+
+def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel(tmp_path):
+    """Line 8's permute and view make no IR op: the addmm of line 9 reads through them, and its ExternKernelOut
+    lists them in its origins. Inductor takes an extern kernel's stack traces from its origin_node alone, so
+    the buffer carries line 9 only. The loss was ranked as 'removed: no object here comes from the line's
+    carriers', which its origins contradict."""
+    (tmp_path / "attend.py").write_text(VIEWS_INTO_AN_EXTERN_KERNEL)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "attend.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (g,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    row = next(r for r in g["survival"] if r["line"] == 8)
+    assert (row["last_stage"], row["lost_at"]) == (S.POST_GRAD, S.IR_PRE), row
+    (name,) = row["lost_by"]
+    op = next(o for o in g["stages"][S.IR_PRE]["objects"] if o["name"] == name)
+    assert op["kind"] == "ExternKernelOut" and set(row["carriers"][S.POST_GRAD]) <= set(op["origins"]), op
+    assert op["origin_node"] not in row["carriers"][S.POST_GRAD]
+    assert [s["line"] for s in op["sources"]] == [9], op["sources"]
+    (loss,) = [loss for loss in g["losses"] if {"file": row["file"], "line": 8} in loss["lines"]]
+    assert loss["kind"] == ("buffer ExternKernelOut: the line's nodes are in its origins, not in its stack traces, "
+                            "which follow its origin_node alone"), loss
+    assert loss["objects"] == [name]

@@ -746,8 +746,13 @@ def _loser_kind(stage: str, obj: dict[str, Any] | None) -> str:
         target = str(obj.get("target") or obj.get("kind") or "?")
         return f"aten op {target}" if stage in (S.POST_GRAD, S.AOT_GRAPH) else f"FX node {target}"
     if stage in (S.IR_PRE, S.IR_POST):
+        if obj.get("sources"):  # it comes from the line's nodes (its origins) and carries other lines
+            return (f"buffer {obj.get('kind')}: the line's nodes are in its origins, not in its stack traces"
+                    + (", which follow its origin_node alone" if obj.get("origin_node") else ""))
         return f"buffer {obj.get('kind')}"
     if stage == S.KERNEL_SPEC:
+        if obj.get("sources"):
+            return f"{obj.get('kind')} kernel: holds the line's IR ops, carries other lines"
         return f"{obj.get('kind')} kernel"
     if stage == S.ARTIFACT:
         kind = obj.get("kind")
@@ -860,7 +865,9 @@ def _by_line(objects: list[dict[str, Any]]) -> dict[tuple, list[str]]:
 
 def _lost_by(stages: dict[str, Any], lost: str | None, carriers: list[str], commented: set[str],
              cache: dict[str, dict[Any, list[int]]] | None = None) -> list[str]:
-    """Name the objects at the losing stage that descend from the last carriers (by origins) but carry no source."""
+    """Name the objects at the losing stage that descend from the last carriers (by origins) but carry no source;
+    where none does, those that descend from them and carry only other lines (an extern kernel's buffer, whose
+    origins hold the views it reads through but whose stack traces are its origin_node's alone)."""
     if not lost or not carriers:
         return []
     if lost == S.ARTIFACT:
@@ -871,15 +878,15 @@ def _lost_by(stages: dict[str, Any], lost: str | None, carriers: list[str], comm
     cache = {} if cache is None else cache
     index = cache.get(lost)
     if index is None:
-        # Link name -> positions of the sourceless objects it reaches, built once per stage.
+        # Link name -> positions of the objects it reaches, sourceless (False) or carrying other lines (True),
+        # built once per stage.
         index = cache[lost] = {}
         for i, o in enumerate(data["objects"]):
-            if o["sources"]:
-                continue
             links = set(o.get("origins") or []) | set(o.get("ops") or []) | ({o.get("origin_node")} if o.get("origin_node") else set())
             for link in links:
-                index.setdefault(link, []).append(i)
-    hits = sorted({i for c in carriers for i in index.get(c, ())})
+                index.setdefault((bool(o["sources"]), link), []).append(i)
+    hits = sorted({i for c in carriers for i in index.get((False, c), ())}) or \
+        sorted({i for c in carriers for i in index.get((True, c), ())})
     return [data["objects"][i]["name"] for i in hits[:20]]
 
 
