@@ -316,7 +316,8 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
     (graph,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
     assert graph["headline"]["unobserved"] == []
     assert graph["headline"]["stopped_in"] == {"stage": "dynamo_graph",
-                                               "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler"}
+                                               "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
+                                               "maybe_cut_short": []}
     assert ("Its compile did not finish: it stopped inside `OutputGraph._call_user_compiler` (Dynamo graph's hook), "
             "whose call did not return.") in (tmp_path / "r.md").read_text()
 
@@ -356,7 +357,65 @@ def test_a_compile_that_fails_inside_inductor_says_where_the_measure_stops(tmp_p
     hl = prov_trace.load(tmp_path / "t.msgpack").model["graphs"][0]["headline"]
     assert hl["unobserved"] == ["kernel_spec", "artifact"] and hl["lines"] == 2 and hl["worst"] is None
     # The C++ compiler is needed when the emitted module is compiled: Inductor's compile_to_module raised.
-    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module"}
+    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                                "maybe_cut_short": []}
+
+
+CODEGEN_FAILS = """\
+import torch
+from torch._inductor.codegen.cpp import CppScheduling
+
+real, made = CppScheduling.codegen_node, []
+
+
+def codegen_node(self, node):  # a backend bug: it cannot generate the graph's second kernel
+    made.append(node)
+    if len(made) == 2:
+        raise NotImplementedError("cannot generate this kernel")
+    return real(self, node)
+
+
+CppScheduling.codegen_node = codegen_node
+
+
+def f(x, w):
+    y = torch.sin(x) @ w
+    return torch.tanh(y) + 1
+
+
+torch.compile(f)(torch.randn(8, 8), torch.randn(8, 8))
+"""
+
+
+def test_a_compile_that_fails_while_making_its_kernels_does_not_call_the_next_line_a_drop(tmp_path):
+    """Inductor's codegen raises at the second generated kernel (a backend that cannot generate it). The kernel
+    spec holds the kernels made before, so line 19 (`tanh`) reads as lost there: it was ranked as "removed" and
+    named in "Most lines are lost", and a rule on the kernel spec passed on the kernels made before."""
+    (tmp_path / "cut.py").write_text(CODEGEN_FAILS)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "cut.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 1 and "cannot generate this kernel" in proc.stderr, proc.stdout + proc.stderr
+    import prov_trace
+
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    hl = g["headline"]
+    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                                "maybe_cut_short": ["kernel_spec"]}, hl
+    assert [o["kind"] for o in g["stages"]["kernel_spec"]["objects"]] == ["generated", "extern"]
+    row = next(r for r in g["survival"] if r["line"] == 19)
+    assert (row["last_stage"], row["lost_at"]) == ("ir_post", "kernel_spec"), row
+    assert hl["worst"] is None, hl
+    (loss,) = g["losses"]
+    assert loss["kind"].startswith("maybe cut short: the compile stopped inside GraphLowering.compile_to_module "
+                                   "after this stage's last record"), loss
+    text = (tmp_path / "r.md").read_text()
+    assert "Kernel spec was recorded inside that call, so it may hold only what the compile made before it " \
+           "stopped" in text and "Most lines are lost" not in text
+    result = report.check("kernel_spec:origins=all", "ir_post:origins=all")
+    assert [r["holds"] for r in result.results] == [False, True]
+    assert result.results[0]["failures"][0]["why"] == (
+        "the stage may be cut short: the graph's compile stopped inside GraphLowering.compile_to_module after it "
+        "recorded 2, perhaps before it made them all")
 
 
 ONE_COMPILE_FAILS = """\
@@ -405,7 +464,8 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     assert (failed["compile_id"], good["compile_id"]) == ("0/0", "1/0")
     assert failed["headline"]["unobserved"] == ["kernel_spec", "artifact"], failed["headline"]
     assert failed["headline"]["stopped_in"] == {"stage": "artifact",
-                                                "target": "torch._inductor.graph:GraphLowering.compile_to_module"}
+                                                "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                                                "maybe_cut_short": []}
     assert good["headline"]["unobserved"] == [] and good["headline"]["stopped_in"] is None, good["headline"]
     text = (tmp_path / "r.md").read_text()
     assert ("Kernel spec and Artifact did not fire for this graph, so nothing is measured there: its compile "

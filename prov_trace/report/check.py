@@ -152,6 +152,12 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                         why += (" (Inductor compiles a backward graph at its first backward call, and the run made "
                                 "none; under torch.no_grad() there is no backward graph)")
                     failures.append({**item, "why": why})
+                elif st in ((g.get("headline") or {}).get("stopped_in") or {}).get("maybe_cut_short", []):
+                    # Perhaps measured on part of the graph's objects: the rule cannot be said to hold.
+                    stopped = g["headline"]["stopped_in"]
+                    failures.append({**item, "why": f"the stage may be cut short: the graph's compile stopped "
+                                                    f"inside {target_function(stopped.get('target'))} after it "
+                                                    f"recorded {c['total']}, perhaps before it made them all"})
                 elif not rule.holds(c["n"], c["total"]):
                     failures.append({**item, "why": _why(rule, c)})
         if not chosen:

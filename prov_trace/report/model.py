@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
+from prov_trace.report.text import target_function
 from prov_trace.stream import schema
 from prov_trace.stream.reader import Trace
 
@@ -172,6 +173,10 @@ class FrameWithoutGraph(TypedDict):
 class StoppedIn(TypedDict):
     stage: str
     target: str | None
+    #: Per-kernel stages (the kernel spec) some of whose records for the graph came from inside the call that
+    #: did not return: they may hold only what the compile made before it stopped (no record says whether it
+    #: had made them all: Inductor's codegen and its C++ compile both run inside compile_to_module).
+    maybe_cut_short: list[str]
 
 
 class OutsideCompile(TypedDict):
@@ -707,8 +712,9 @@ def _headline(g: dict[str, Any], stage_order: list[str], stopped_in: dict[str, A
     reached = {st: (None if any(r["counts"].get(st) is None for r in rows) or not rows else
                     sum(1 for r in rows if r["counts"].get(st))) for st in pipeline}
     transitions: dict[tuple, int] = {}
+    maybe_cut_short = (stopped_in or {}).get("maybe_cut_short") or []
     for r in rows:
-        if r["lost_at"]:
+        if r["lost_at"] and r["lost_at"] not in maybe_cut_short:  # perhaps not a drop: the compile stopped there
             key = (r["last_stage"], r["lost_at"])
             transitions[key] = transitions.get(key, 0) + 1
     worst = max(transitions.items(), key=lambda kv: (kv[1], -pipeline.index(kv[0][1]) if kv[0][1] in pipeline else 0),
@@ -788,10 +794,14 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         by_name = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
         losers = r["lost_by"] or [None]
         fallback = _fallback_kinds(g, r) if r["lost_by"] == [] and st == S.KERNEL_SPEC else None
+        stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
             kind = _loser_kind(st, obj) if st != S.ARTIFACT or obj is None else _loser_kind(S.ARTIFACT, obj)
-            if fallback:
+            if st in (stopped.get("maybe_cut_short") or []):
+                kind = (f"maybe cut short: the compile stopped inside {target_function(stopped.get('target'))} "
+                        "after this stage's last record, perhaps before it made anything of the line")
+            elif fallback:
                 kind = (f"fallback op ({', '.join(fallback)}): runs as eager ATen outside the backend's kernels, "
                         "so no kernel spec holds it")
             key = (r["last_stage"], st, kind)
@@ -1008,7 +1018,7 @@ def build(trace: Trace) -> ReportModel:
     # A frame with no graph has one record group of its compile id: where that compile stopped, if it did.
     for f, stopped in zip(frames_without_graph, _stopped_in(
             trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):
-        f["stopped_in"] = stopped
+        f["stopped_in"] = stopped and {"stage": stopped["stage"], "target": stopped["target"]}  # it made no kernel
     not_returned = _not_returned(trace)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
@@ -1091,16 +1101,28 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     for cid, kind in index:
         kinds.setdefault(cid, []).append(kind)
     out: list[dict[str, Any] | None] = [None] * len(graphs)
+    calls: list[Any] = [None] * len(graphs)  # the stopped call's id: ids are taken in call order
     rank = {st: i for i, st in enumerate(stage_order)}
+    kernel_calls: dict[int, list[int]] = {}  # per graph, the calls its kernel spec records came from
     for r in trace.records:
-        if r.get("kind") != S.PROBE or r.get("phase") != "unwind" or r.get("stage") not in S.STAGES:
-            continue
-        if r.get("compile_id") is None:  # written before unwinds carried their compile, or outside any compile
+        if r.get("kind") != S.PROBE or r.get("stage") not in S.STAGES or r.get("compile_id") is None:
+            continue  # a record written before unwinds carried their compile, or outside any compile
+        if r.get("phase") != "unwind":
+            if r["stage"] == S.KERNEL_SPEC and isinstance(r.get("call"), int):
+                for key in _graphs_of(r, kinds):
+                    if key in index:
+                        kernel_calls.setdefault(index[key], []).append(r["call"])
             continue
         for key in _graphs_of(r, kinds):
             i = index.get(key)
             if i is not None and (out[i] is None or rank.get(r["stage"], -1) > rank.get(out[i]["stage"], -1)):
-                out[i] = {"stage": r["stage"], "target": r.get("target")}
+                out[i] = {"stage": r["stage"], "target": r.get("target"), "maybe_cut_short": []}
+                calls[i] = r.get("call")
+    for i, stopped in enumerate(out):
+        # Kernels are made one at a time inside the call that did not return (Inductor's codegen, inside
+        # compile_to_module): the kernel spec may hold only those made before the compile stopped.
+        if stopped and isinstance(calls[i], int) and any(c > calls[i] for c in kernel_calls.get(i, ())):
+            stopped["maybe_cut_short"].append(S.KERNEL_SPEC)
     return out
 
 

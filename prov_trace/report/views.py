@@ -492,6 +492,11 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
         parts += ["Its compile did not finish: it stopped inside ", Code(target_function(stopped.get("target"))),
                   f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
                   + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
+    maybe_cut_short = (hl.get("stopped_in") or {}).get("maybe_cut_short") or []
+    if maybe_cut_short:
+        names = " and ".join(titles.get(st, st) for st in maybe_cut_short)
+        parts.append(f"{names} was recorded inside that call, so it may hold only what the compile made before "
+                     "it stopped: a line lost there is ranked as maybe cut short, not as a drop. ")
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
         parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
