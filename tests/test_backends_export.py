@@ -129,7 +129,8 @@ def two_exports(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nested(tmp_path_factory):
-    """Graphs inside graphs: a checkpointed region (trained: forward and backward), then a torch.cond."""
+    """Graphs inside graphs: a checkpointed region (trained: forward and backward), a torch.cond, then a custom
+    autograd.Function (trained)."""
     def body(torch, m):
         from torch.utils.checkpoint import checkpoint
 
@@ -156,9 +157,29 @@ def nested(tmp_path_factory):
                 h = torch.cond(h.sum() > 0, lambda t: torch.relu(t), lambda t: torch.tanh(t), (h,))
                 return h * 3
 
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return 2 * x * g
+
+        class Custom(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                return Square.apply(self.fc(x)).sum()
+
         torch.compile(Checkpointed())(torch.randn(4, 16)).backward()
         with torch.no_grad():
             torch.compile(Cond(), fullgraph=True)(torch.randn(4, 16))
+        torch.compile(Custom())(torch.randn(4, 16)).backward()
 
     return _trace(tmp_path_factory, "nested", body)
 
@@ -338,8 +359,8 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
     post-grad passes visit them, so those stages held their nodes while the Dynamo and AOT graphs did not:
     the checkpointed lines read as not attached at the Dynamo graph, then attached at pre-grad."""
     _, model = nested
-    assert [g["label"] for g in model["graphs"]] == ["0/0 forward", "0/0 backward", "1/0 inference"]
-    fwd, _, cond = model["graphs"]
+    assert [g["label"] for g in model["graphs"]][:3] == ["0/0 forward", "0/0 backward", "1/0 inference"]
+    fwd, _, cond = model["graphs"][:3]
 
     def names(g, st):
         return [o["name"] for o in g["stages"][st]["objects"]]
@@ -373,9 +394,29 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
     # graph does (it once counted names, so the three outputs were one).
     summary = {row["stage"]: row for row in model["summary"]}
     for st in ("dynamo_graph", "pre_grad", "aot_graph", "post_grad"):
-        graphs = [fwd, cond] if st in ("dynamo_graph", "pre_grad") else model["graphs"]  # shared by fwd and bwd
+        # The shared stages are each forward's, shown again in its backward.
+        graphs = [g for g in model["graphs"] if st not in ("dynamo_graph", "pre_grad") or g["kind"] != "backward"]
         assert summary[st]["objects"] == sum(len(g["stages"][st]["objects"]) for g in graphs), st
         assert summary[st]["boundary"] == sum(len(g["stages"][st]["boundary"]) for g in graphs), st
+
+
+def test_a_custom_autograd_functions_backward_is_the_backward_graphs_not_a_loss_of_the_forward(nested):
+    """A custom autograd.Function's forward and backward are both in the Dynamo graph that the forward and
+    backward graphs share; AOT autograd puts each in its own graph. Each graph read the other's line as lost at
+    its AOT graph, the forward's worst loss."""
+    _, model = nested
+    fwd, bwd = model["graphs"][3:]
+    assert (fwd["label"], bwd["label"]) == ("2/0 forward", "2/0 backward")
+    for g, mine, theirs, other in ((fwd, "return x * x", "return 2 * x * g", bwd), (bwd, "return 2 * x * g",
+                                                                                  "return x * x", fwd)):
+        rows = {r["text"]: r for r in g["survival"]}
+        assert rows[mine]["counts"]["aot_graph"] > 0 and rows[mine]["note"] is None, rows[mine]
+        row = rows[theirs]
+        assert row["counts"]["pre_grad"] > 0 and row["counts"]["aot_graph"] == 0, row
+        assert row["note"] == f"in graph {other['label']}: AOT autograd put the line's ops there", row
+        assert row["lost_at"] is None and row["lost_by"] == []
+        assert all(ln["line"] != row["line"] for loss in g["losses"] for ln in loss["lines"]), g["losses"]
+        assert g["headline"]["reached"]["aot_graph"] == g["headline"]["lines"], g["headline"]
 
 
 # --- dynamic shapes and modes --------------------------------------------------------------------------

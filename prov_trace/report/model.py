@@ -580,6 +580,29 @@ def _mark_other_graphs(graphs: list[dict[str, Any]]) -> None:
                 row["lost_at"], row["lost_by"] = None, []
 
 
+def _mark_split_by_aot(graphs: list[dict[str, Any]]) -> None:
+    """A line the shared stages carry that AOT autograd put only in the other graph of its compile: a custom
+    autograd.Function's backward (its ops are the backward graph's), or its forward's ops the backward does
+    not recompute. Not a loss where no object of this graph's AOT graph comes from its carriers (an op of this
+    graph that dropped the line would be linked to them by from_node, and named as what lost it)."""
+    by_compile: dict[Any, list[dict[str, Any]]] = {}
+    for g in graphs:
+        by_compile.setdefault(g["compile_id"], []).append(g)
+    for siblings in by_compile.values():
+        if len(siblings) < 2:
+            continue
+        for g in siblings:
+            for row in g["survival"]:
+                if row["note"] or row["lost_at"] != S.AOT_GRAPH or row["lost_by"]:
+                    continue
+                others = [o["label"] for o in siblings if o is not g and any(
+                    r["counts"].get(S.AOT_GRAPH) for r in o["survival"]
+                    if (r["file"], r["line"]) == (row["file"], row["line"]))]
+                if others:
+                    row["note"] = f"in graph {', '.join(others)}: AOT autograd put the line's ops there"
+                    row["lost_at"], row["lost_by"] = None, []
+
+
 #: A survival row's note when Dynamo broke the graph at its line: the line runs in Python, between graphs.
 GRAPH_BREAK = "graph break: runs in Python"
 
@@ -1011,6 +1034,7 @@ def build(trace: Trace) -> ReportModel:
     _mark_graph_breaks(graphs, frames_without_graph)
     _mark_untraced_lines(graphs)
     _mark_wrappers(graphs)
+    _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
     _mark_model_files(graphs)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         g["headline"] = _headline(g, stage_order, stopped)
