@@ -154,7 +154,7 @@ def nested(tmp_path_factory):
 
             def forward(self, x):
                 h = self.fc(x)
-                h = torch.cond(h.sum() > 0, lambda t: torch.relu(t), lambda t: torch.tanh(t), (h,))
+                h = torch.cond(h.sum() > 0, lambda t: torch.relu(t) * 2, lambda t: torch.tanh(t) * 2, (h,))
                 return h * 3
 
         class Square(torch.autograd.Function):
@@ -384,9 +384,23 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
     assert call["lost_at"] is None and call["counts"]["aot_graph"] == 0
     assert all(grp["to"] != "aot_graph" for grp in fwd["losses"]), fwd["losses"]
     assert names(cond, "dynamo_graph") == names(cond, "pre_grad") == \
-        ["relu", "tanh", "h", "sum_1", "gt", "cond", "h_1", "mul"]
+        ["relu", "mul", "tanh", "mul", "h", "sum_1", "gt", "cond", "h_1", "mul"]
     assert names(cond, "aot_graph") == names(cond, "post_grad") == \
-        ["relu", "tanh", "permute", "addmm", "sum_1", "gt", "cond", "getitem", "mul"]
+        ["relu", "mul", "tanh", "mul", "permute", "addmm", "sum_1", "gt", "cond", "getitem", "mul"]
+    # Each branch's `mul` is its own node, and each branch's IR op links to its own branch's `mul`, not to the
+    # first node of that name (the IR records each origin's graph).
+    post = cond["stages"]["post_grad"]["objects"]
+    # The lineage names the first `mul` (the relu branch's) "post_grad:mul", the second "post_grad:mul (2)".
+    assert [o["name"] for o in post[:4]] == ["relu", "mul", "tanh", "mul"]
+    assert post[0]["graph_id"] == post[1]["graph_id"] != post[2]["graph_id"] == post[3]["graph_id"]
+    froms: dict = {}
+    for e in cond["lineage"]["edges"]:
+        if e["to"].startswith(("ir_pre:true_graph", "ir_pre:false_graph")):
+            froms.setdefault(e["to"], {}).setdefault(e["via"], set()).add(e["from"])
+    by_branch = {("relu" if "post_grad:relu" in v.get("also_in_origins", ()) else
+                  "tanh" if "post_grad:tanh" in v.get("also_in_origins", ()) else None): v for v in froms.values()}
+    assert by_branch["relu"]["origin_node"] == {"post_grad:mul"}, froms
+    assert by_branch["tanh"]["origin_node"] == {"post_grad:mul (2)"}, froms
     # A nested node keeps its own graph: the branches are two graphs besides the top one.
     assert len({o["graph_id"] for o in cond["stages"]["dynamo_graph"]["objects"]}) == 3
     assert len(cond["stages"]["dynamo_graph"]["boundary"]) == len(cond["stages"]["pre_grad"]["boundary"]) == 10

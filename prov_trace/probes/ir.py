@@ -39,12 +39,40 @@ def _field(has: bool, value: Any, rendered: Any) -> dict[str, Any]:
     return {"has": has, "populated": has and populated(value), "type": type_name(value) if has else None, "value": rendered}
 
 
+def _graph_id(node: Any) -> int | None:
+    """The id of the FX graph a node belongs to: the FX stages' `graph_id`, which tells a nested graph's node
+    (a torch.cond branch's `addmm`) from the top graph's node of the same name."""
+    try:
+        graph = getattr(node, "graph", None)
+    except Exception:  # noqa: BLE001
+        return None
+    return id(graph) if graph is not None else None
+
+
+def _origins(origins: Any) -> dict[str, Any]:
+    """Origins' names, sorted and bounded as `names` gives them, with each one's FX graph id alongside."""
+    pairs = []
+    for i, node in enumerate(origins):
+        if i >= 256:
+            break
+        name = getattr(node, "name", None)
+        pairs.append((name if isinstance(name, str) else safe_str(node, 200), _graph_id(node)))
+    pairs.sort(key=lambda p: p[0])
+    return {"value": [n for n, _ in pairs], "graphs": [g for _, g in pairs]}
+
+
 def op_fields(op: Any) -> dict[str, dict[str, Any]]:
     fields = {}
     has, origins = _slot(op, "origins")
-    fields["origins"] = _field(has, origins, names(origins)[0] if origins else [])
+    if origins:
+        read = _origins(origins)
+        fields["origins"] = {**_field(has, origins, read["value"]), "graphs": read["graphs"]}
+    else:
+        fields["origins"] = _field(has, origins, [])
     has, origin_node = _slot(op, "origin_node")
     fields["origin_node"] = _field(has, origin_node, getattr(origin_node, "name", None) if origin_node is not None else None)
+    if origin_node is not None:
+        fields["origin_node"]["graph"] = _graph_id(origin_node)
     has, tb = _slot(op, "traceback")
     fields["traceback"] = _field(
         has, tb, [cut_str(str(t), MAX_TRACE_STR) for t in list(tb)[:MAX_ITEMS]] if isinstance(tb, (list, tuple)) else safe_str(tb)

@@ -151,9 +151,11 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     # FX post-grad: from_node names a pre-grad node by name and graph id.
     post_objs = [o for o in objects(S.POST_GRAD) if o.get("kind") not in _BOUNDARY]
     post_ids: dict[Any, str] = {}
+    post_keys: dict[tuple[Any, Any], str] = {}  # (graph id, name): a nested graph's nodes share names with others
     for o in post_objs:
         nid = add_node(S.POST_GRAD, o["name"], o, target=o.get("target"))
         post_ids.setdefault(o["name"], nid)
+        post_keys[(o.get("graph_id"), o["name"])] = nid
         by_stage[S.POST_GRAD][o["name"]] = nid
         linked = False
         for root in o.get("from_node") or []:
@@ -166,15 +168,24 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
 
     # LoopLevelIR before the passes: origin_node names the post-grad node whose value the op is; the
     # rest of origins are nodes Inductor lists too (an input it realised, an op computed inline).
+    def post_node(name: Any, graph: Any) -> str | None:
+        # By graph id and name where the trace has the origin's graph; else by name (an older trace, or a graph
+        # the post-grad stage did not read).
+        return post_keys.get((graph, name)) or post_ids.get(name)
+
     def link_origins(o: dict[str, Any], nid: str) -> bool:
-        primary = o.get("origin_node") if o.get("origin_node") in post_ids else None
+        origins = o.get("origins") or []
+        graphs = o.get("origin_graphs") or []
+        graphs = graphs if len(graphs) == len(origins) else [None] * len(origins)
+        primary = post_node(o.get("origin_node"), o.get("origin_node_graph"))
         linked = False
         if primary is not None:
-            add_edge(post_ids[primary], nid, "origin_node")
+            add_edge(primary, nid, "origin_node")
             linked = True
-        for n in o.get("origins") or []:
-            if n in post_ids and n != primary:
-                add_edge(post_ids[n], nid, "also_in_origins" if primary is not None else "origins")
+        for n, gid in zip(origins, graphs):
+            pid = post_node(n, gid)
+            if pid is not None and pid != primary:
+                add_edge(pid, nid, "also_in_origins" if primary is not None else "origins")
                 linked = True
         return linked
 

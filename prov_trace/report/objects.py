@@ -116,6 +116,9 @@ def ir_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]
                 "fields": field_row(op.get("fields", {})),
                 "origins": (op.get("fields", {}).get("origins") or {}).get("value") or [],
                 "origin_node": (op.get("fields", {}).get("origin_node") or {}).get("value"),
+                # Each origin's FX graph id (`graph_id` of the FX stages), where the trace has them.
+                "origin_graphs": (op.get("fields", {}).get("origins") or {}).get("graphs") or [],
+                "origin_node_graph": (op.get("fields", {}).get("origin_node") or {}).get("graph"),
                 "reads": op.get("reads", []),
                 "sources": op.get("source") or [],
             }
