@@ -14,6 +14,7 @@ Values were measured on torch 2.13.0 (the main test interpreter).
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -401,6 +402,16 @@ def test_nested_graphs_are_read_at_every_fx_stage(nested):
                   "tanh" if "post_grad:tanh" in v.get("also_in_origins", ()) else None): v for v in froms.values()}
     assert by_branch["relu"]["origin_node"] == {"post_grad:mul"}, froms
     assert by_branch["tanh"]["origin_node"] == {"post_grad:mul (2)"}, froms
+    # In HTML, each object's row is its own lineage node: the second `mul` is "post_grad:mul (2)", not a second
+    # row with the first one's id (clicking a line lit both branches' rows).
+    import prov_trace
+
+    page = prov_trace.load(nested[0]).to_html()
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1][:5]
+    rows = set(re.findall(r'<tr data-node="(post_grad:mul(?: \(\d\))?)"', page))
+    assert rows == {"post_grad:mul", "post_grad:mul (2)", "post_grad:mul (3)"}, rows
+    assert rows <= {n["id"] for n in cond["lineage"]["nodes"]}
     # A nested node keeps its own graph: the branches are two graphs besides the top one.
     assert len({o["graph_id"] for o in cond["stages"]["dynamo_graph"]["objects"]}) == 3
     assert len(cond["stages"]["dynamo_graph"]["boundary"]) == len(cond["stages"]["pre_grad"]["boundary"]) == 10

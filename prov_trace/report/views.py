@@ -427,12 +427,25 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     return sec
 
 
+def row_keys(data: dict[str, Any]) -> list[str]:
+    """Each object's key in a stage (its objects, then its boundary), numbered as the lineage numbers a repeated
+    name: a torch.cond's branches each have a `mul`, keyed ``mul`` and ``mul (2)``, so each row is its own node."""
+    seen: dict[str, int] = {}
+    keys = []
+    for o in list(data.get("objects", [])) + list(data.get("boundary", [])):
+        name = str(o["name"])
+        seen[name] = n = seen.get(name, 0) + 1
+        keys.append(name if n == 1 else f"{name} ({n})")
+    return keys
+
+
 def _anchors(g: dict[str, Any], gi: int) -> dict[str, str]:
-    """An HTML id for each object's row in the per-stage tables (``stage:name`` -> ``g0-post_grad-3``)."""
+    """An HTML id for each object's row in the per-stage tables (``stage:key`` -> ``g0-post_grad-3``; a name
+    others link to by name alone, ``stage:name``, is its first object's)."""
     out = {}
     for st, data in g["stages"].items():
-        for i, o in enumerate(list(data.get("objects", [])) + list(data.get("boundary", []))):
-            out.setdefault(f"{st}:{o['name']}", f"g{gi}-{st}-{i}")
+        for i, key in enumerate(row_keys(data)):
+            out[f"{st}:{key}"] = f"g{gi}-{st}-{i}"
     return out
 
 
@@ -635,25 +648,31 @@ def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: 
     if not objs:
         sec.blocks.append(Para([Sym("empty"), " no objects."]))
         return sec
+    keys = row_keys(data)
+    key = {id(o): f"{st}:{k}" for o, k in zip(list(objs) + list(data.get("boundary") or []), keys)}
+
+    def attrs(o: dict[str, Any]) -> dict[str, str]:
+        return {"data-node": key[id(o)], "id": anchors[key[id(o)]]}
+
     shown = objs[:max_rows]
     more = len(objs) - len(shown)
     if st == S.SOURCE:
         table = Table(["Line", "Function", "Source"],
                       [Row([_loc(o["sources"][0]), Code(o["kind"]), Code(o.get("text"))],
-                           {"data-node": src_id(o["sources"][0]), "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+                           {"data-node": src_id(o["sources"][0]), "id": anchors[key[id(o)]]}) for o in shown], more)
     elif st == S.ARTIFACT and shown and all(o.get("kind") == "sdsc_op" for o in shown):
         # torch-spyre's SuperDSC ops: no def or call lines and no comments; their handle and the lines it names.
         table = Table(["SDSC op", "Kernel", Code("debug_handle_"), "Source line"], [
             Row([Code(o["name"].rsplit("/", 1)[-1]), Code(o.get("kernel")), Code(o["debug_handle_id"])
                  if o.get("debug_handle_id") else Sym("no"),
                  join(_loc(s) for s in o["sources"][:3]) if o["sources"] else Sym("no")],
-                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+                attrs(o)) for o in shown], more)
     elif st == S.ARTIFACT:
         table = Table(["Kernel", "Kind", "Def line", "Call lines", "Provenance comments"], [
             Row([Code(o["name"]), f"{o['kind']}, reused" if o.get("reused") else str(o["kind"]), str(o.get("def_line") or ""),
                  ", ".join(map(str, o.get("call_lines") or [])),
                  join((Code(c) for c in o["provenance_comments"]), "\n") if o["provenance_comments"] else Sym("no")],
-                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in shown], more)
+                attrs(o)) for o in shown], more)
     else:
         fields = list(shown[0]["fields"].keys())
         kernels = st == S.KERNEL_SPEC
@@ -663,7 +682,7 @@ def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: 
             if kernels:
                 cells += [_codes(o.get("ops")), _codes(o.get("origins")) if o.get("origins") else Sym("no")]
             cells.append(join(_loc(s) for s in o["sources"][:3]) if o["sources"] else Sym("no"))
-            rows.append(Row(cells, {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}))
+            rows.append(Row(cells, attrs(o)))
         table = Table(["Name", "Kind"] + [Code(f) for f in fields] + (["IR ops", "Origins"] if kernels else [])
                       + ["Source line"], rows, more)
     sec.blocks.append(table)
@@ -673,7 +692,7 @@ def _stage_detail(g: dict[str, Any], st: str, titles: dict[str, str], max_rows: 
                                 "the matrix."]))
         sec.blocks.append(Table(["Name", "Kind", "Source line"], [
             Row([Code(o["name"]), Code(o.get("kind")), join(_loc(x) for x in o["sources"][:3]) if o["sources"] else Sym("no")],
-                {"data-node": f"{st}:{o['name']}", "id": anchors[f"{st}:{o['name']}"]}) for o in boundary[:max_rows]],
+                attrs(o)) for o in boundary[:max_rows]],
             max(0, len(boundary) - max_rows)))
     return sec
 
@@ -840,6 +859,23 @@ def _line_marks(model: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
     user_files: set[str] = set()
     for gi, g in enumerate(model["graphs"]):
         anchors = _anchors(g, gi)
+        # A carrier is named; its row is the object of that name that carries the line (two graphs nested in
+        # this one may each have a `mul`, keyed `mul` and `mul (2)`).
+        keyed: dict[tuple, list[str]] = {}
+        for st, data in g["stages"].items():
+            for o, k in zip(data.get("objects", []), row_keys(data)):
+                for src in dict.fromkeys((x.get("file"), x.get("line")) for x in o.get("sources") or []):
+                    keyed.setdefault((st, o["name"], *src), []).append(k)
+
+        def rows_of(st: str, names: list[str], r: dict[str, Any]) -> list[list[Any]]:
+            used: dict[str, int] = {}
+            out = []
+            for n in names[:MAX_LINE_OBJECTS]:
+                ks = keyed.get((st, n, r["file"], r["line"])) or [n]
+                i = used[n] = used.get(n, -1) + 1  # the i-th carrier of this name is the i-th such object
+                out.append([n, anchors.get(f"{st}:{ks[min(i, len(ks) - 1)]}")])
+            return out
+
         for r in g["survival"]:
             if not isinstance(r.get("file"), str) or not isinstance(r.get("line"), int):
                 continue
@@ -850,8 +886,7 @@ def _line_marks(model: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
                 m["last"] = r["last_stage"]
             if r.get("note") and not m["note"]:
                 m["note"] = r["note"]
-            carried = {st: [[n, anchors.get(f"{st}:{n}")] for n in names[:MAX_LINE_OBJECTS]]
-                       for st, names in r["carriers"].items() if names}
+            carried = {st: rows_of(st, names, r) for st, names in r["carriers"].items() if names}
             if carried or r["lost_at"]:
                 m["graphs"].append({"g": gi, "label": g["label"], "src": src_id(r), "stages": carried,
                                     "lost_at": r["lost_at"], "lost_by": r["lost_by"][:MAX_LINE_OBJECTS]})
