@@ -94,8 +94,6 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     nodes: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
     edges: list[dict[str, Any]] = []
     seen_edges: set[tuple[str, str]] = set()
-    # Objects of each stage, by the key later stages use to name them.
-    by_stage: dict[str, dict[Any, str]] = {st: {} for st in STAGES}
 
     def add_node(stage: str, name: Any, obj: dict[str, Any] | None, label: str | None = None, **extra: Any) -> str:
         nid = node_id(stage, name)
@@ -132,7 +130,6 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
                        label=f"{basename(row.get('file'))}:{row.get('line')} {cut(str(row.get('text') or ''))}".strip(),
                        text=row.get("text"))
         src_ids[key] = nid
-        by_stage[S.SOURCE][key] = nid
 
     def link_sources(obj: dict[str, Any], nid: str) -> None:
         for key in _src_keys(obj):
@@ -144,7 +141,6 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     for o in pre_objs:
         nid = add_node(S.PRE_GRAD, o["name"], o, target=o.get("target"))
         pre_keys[(o.get("graph_id"), o["name"])] = nid
-        by_stage[S.PRE_GRAD][o["name"]] = nid
     for o in pre_objs:
         link_sources(o, pre_keys[(o.get("graph_id"), o["name"])])
 
@@ -156,7 +152,6 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         nid = add_node(S.POST_GRAD, o["name"], o, target=o.get("target"))
         post_ids.setdefault(o["name"], nid)
         post_keys[(o.get("graph_id"), o["name"])] = nid
-        by_stage[S.POST_GRAD][o["name"]] = nid
         linked = False
         for root in o.get("from_node") or []:
             pid = pre_keys.get((root.get("graph_id"), root.get("name")))
