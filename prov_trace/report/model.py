@@ -591,13 +591,13 @@ def _mark_split_by_aot(graphs: list[dict[str, Any]]) -> None:
     for siblings in by_compile.values():
         if len(siblings) < 2:
             continue
+        at_aot = [{(r["file"], r["line"]) for r in g["survival"] if r["counts"].get(S.AOT_GRAPH)} for g in siblings]
         for g in siblings:
             for row in g["survival"]:
                 if row["note"] or row["lost_at"] != S.AOT_GRAPH or row["lost_by"]:
                     continue
-                others = [o["label"] for o in siblings if o is not g and any(
-                    r["counts"].get(S.AOT_GRAPH) for r in o["survival"]
-                    if (r["file"], r["line"]) == (row["file"], row["line"]))]
+                others = [o["label"] for o, lines in zip(siblings, at_aot)
+                          if o is not g and (row["file"], row["line"]) in lines]
                 if others:
                     row["note"] = f"in graph {', '.join(others)}: AOT autograd put the line's ops there"
                     row["lost_at"], row["lost_by"] = None, []
