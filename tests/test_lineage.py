@@ -138,3 +138,26 @@ def test_unobserved_ir_post_links_kernels_to_ir_pre():
     lin = lineage.build(stages, [])
     assert _edges(lin) == {("ir_pre:buf0", "kernel_spec:k"), ("kernel_spec:k", "artifact:k")}
     assert lin["stages"] == [S.IR_PRE, S.KERNEL_SPEC, S.ARTIFACT]
+
+
+def test_an_ir_op_reads_its_origins_graphs_whatever_the_trace_holds():
+    """The IR payload's `origin_graph` and an op's `origins.graphs` / `origin_node.graph` (docs/trace-format.md):
+    an op names its origins' graphs only where one is not the payload's; a value of the wrong shape (a
+    hand-edited or damaged trace) reads as no graph, never as an error."""
+    from prov_trace.report.objects import ir_objects
+
+    def op(name, origins, graphs=None, node=None, node_graph=None):
+        fields = {"origins": {"value": origins, **({"graphs": graphs} if graphs is not None else {})},
+                  "origin_node": {"value": node, **({"graph": node_graph} if node_graph is not None else {})}}
+        return {"name": name, "fields": fields}
+
+    records = [{"payload": {"origin_graph": 7, "ops": [
+        op("buf0", ["add", "mul"], node="add"),                        # both in graph 7
+        op("true_buf0", ["cond", "mul"], [7, 9], "mul", 9),            # a branch's op: its mul is graph 9's
+        op("bad", ["x"], "not a list", "x", [1]),                      # damaged: no graph
+    ]}}, {"payload": {"origin_graph": [1], "ops": [op("old", ["a"], node="a")]}}]
+    objs = {o["name"]: o for o in ir_objects(records, []).objects}
+    assert (objs["buf0"]["origin_graphs"], objs["buf0"]["origin_node_graph"]) == ([7, 7], 7)
+    assert (objs["true_buf0"]["origin_graphs"], objs["true_buf0"]["origin_node_graph"]) == ([7, 9], 9)
+    assert (objs["bad"]["origin_graphs"], objs["bad"]["origin_node_graph"]) == ([7], None)
+    assert (objs["old"]["origin_graphs"], objs["old"]["origin_node_graph"]) == ([None], None)

@@ -6,6 +6,7 @@ Each field records its value and, separately, whether the slot exists
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from prov_trace.probes.snapshot import (
@@ -42,36 +43,48 @@ def _field(has: bool, value: Any, rendered: Any) -> dict[str, Any]:
 def _graph_id(node: Any) -> int | None:
     """The id of the FX graph a node belongs to: the FX stages' `graph_id`, which tells a nested graph's node
     (a torch.cond branch's `addmm`) from the top graph's node of the same name."""
-    try:
-        graph = getattr(node, "graph", None)
-    except Exception:  # noqa: BLE001
-        return None
-    return id(graph) if graph is not None else None
+    graph = getattr(node, "graph", None)
+    return None if graph is None else id(graph)
 
 
-def _origins(origins: Any) -> dict[str, Any]:
-    """Origins' names, sorted and bounded as `names` gives them, with each one's FX graph id alongside."""
+def _origins(origins: Any) -> tuple[list[str], list[int | None]]:
+    """Origins' names, sorted and bounded as `names` gives them, and each one's FX graph id alongside."""
     pairs = []
-    for i, node in enumerate(origins):
-        if i >= 256:
-            break
+    for node in itertools.islice(origins, 256):
         name = getattr(node, "name", None)
-        pairs.append((name if isinstance(name, str) else safe_str(node, 200), _graph_id(node)))
-    pairs.sort(key=lambda p: p[0])
-    return {"value": [n for n, _ in pairs], "graphs": [g for _, g in pairs]}
+        graph = getattr(node, "graph", None)
+        pairs.append((name if isinstance(name, str) else safe_str(node, 200), 0 if graph is None else id(graph)))
+    pairs.sort()
+    return [n for n, _ in pairs], [g or None for _, g in pairs]
 
 
-def op_fields(op: Any) -> dict[str, dict[str, Any]]:
+def main_graph(ops: Any) -> Any:
+    """The FX graph most of the ops come from (their origin_node's, else their first origin's): the graph
+    Inductor lowered them from."""
+    counts: dict[int, list[Any]] = {}
+    for op in ops:
+        try:
+            node = getattr(op, "origin_node", None) or next(iter(getattr(op, "origins", None) or ()), None)
+            graph = getattr(node, "graph", None)
+        except Exception:  # noqa: BLE001 - an op whose origins can't be read counts for nothing
+            continue
+        if graph is not None:
+            counts.setdefault(id(graph), [graph, 0])[1] += 1
+    return max(counts.values(), key=lambda c: c[1])[0] if counts else None
+
+
+def op_fields(op: Any, main: Any = None) -> dict[str, dict[str, Any]]:
+    """An op's fields. With `main` (the op list's own FX graph, `main_graph`), an op whose origins are not all
+    in it lists each one's graph id (`origins.graphs`), and an origin_node in another graph names it
+    (`origin_node.graph`): a torch.cond branch's op lists the `cond` node of the graph above it."""
     fields = {}
     has, origins = _slot(op, "origins")
-    if origins:
-        read = _origins(origins)
-        fields["origins"] = {**_field(has, origins, read["value"]), "graphs": read["graphs"]}
-    else:
-        fields["origins"] = _field(has, origins, [])
+    fields["origins"] = _field(has, origins, names(origins)[0] if origins else [])
+    if origins and main is not None and not all(getattr(n, "graph", None) is main for n in itertools.islice(origins, 256)):
+        fields["origins"]["value"], fields["origins"]["graphs"] = _origins(origins)
     has, origin_node = _slot(op, "origin_node")
     fields["origin_node"] = _field(has, origin_node, getattr(origin_node, "name", None) if origin_node is not None else None)
-    if origin_node is not None:
+    if main is not None and origin_node is not None and getattr(origin_node, "graph", None) is not main:
         fields["origin_node"]["graph"] = _graph_id(origin_node)
     has, tb = _slot(op, "traceback")
     fields["traceback"] = _field(
@@ -112,8 +125,8 @@ def op_name(op: Any) -> str:
         return safe_str(getattr(op, "name", None) or f"<{type(op).__name__}>", 200)
 
 
-def snapshot_op(op: Any, brief: bool = False) -> dict[str, Any]:
-    fields = op_fields(op)
+def snapshot_op(op: Any, brief: bool = False, main: Any = None) -> dict[str, Any]:
+    fields = op_fields(op, main)
     out: dict[str, Any] = {
         "name": op_name(op),
         "type": type(op).__name__,
@@ -135,10 +148,13 @@ def snapshot_op(op: Any, brief: bool = False) -> dict[str, Any]:
 
 def snapshot_ops(ops: Any) -> dict[str, Any]:
     """The ops of a GraphLowering (``graph.operations``), bounded by MAX_OPS and MAX_OPS_BYTES."""
+    ops = list(ops)
+    main = main_graph(ops)
     kept = BoundedList(MAX_OPS, MAX_OPS_BYTES, "ops")
     for op in ops:
-        kept.add(lambda: snapshot_op(op))  # noqa: B023 - called at once
-    return {"op_count": kept.total, "ops": kept.items, **kept.marks("cut_ops")}
+        kept.add(lambda: snapshot_op(op, main=main))  # noqa: B023 - called at once
+    return {"op_count": kept.total, "ops": kept.items, **({"origin_graph": id(main)} if main is not None else {}),
+            **kept.marks("cut_ops")}
 
 
 def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
@@ -148,22 +164,28 @@ def snapshot_scheduler_nodes(snodes: Any) -> dict[str, Any]:
     cut or not, so fusion stays readable when the ops' details were cut.
     """
     groups = []
+    snodes = list(snodes)
+    main = main_graph(getattr(m, "node", None) for s in snodes for m in _members(s))
     kept = BoundedList(MAX_OPS, MAX_OPS_BYTES, "ops")
     for snode in snodes:
         members = []
         group = snode_name(snode)
-        try:
-            inner = snode.get_nodes()
-        except Exception:  # noqa: BLE001
-            inner = [snode]
-        for m in inner:
+        for m in _members(snode):
             node = getattr(m, "node", None)
             if node is None:
                 continue
-            snap = kept.add(lambda: {**snapshot_op(node), "group": group})  # noqa: B023 - called at once
+            snap = kept.add(lambda: {**snapshot_op(node, main=main), "group": group})  # noqa: B023 - called at once
             members.append(snap["name"] if snap is not None else op_name(node))
         groups.append({"name": group, "type": type(snode).__name__, "members": members})
-    return {"op_count": kept.total, "ops": kept.items, "groups": groups, **kept.marks("cut_ops")}
+    return {"op_count": kept.total, "ops": kept.items, "groups": groups,
+            **({"origin_graph": id(main)} if main is not None else {}), **kept.marks("cut_ops")}
+
+
+def _members(snode: Any) -> list[Any]:
+    try:
+        return list(snode.get_nodes())
+    except Exception:  # noqa: BLE001
+        return [snode]
 
 
 def snode_name(snode: Any) -> str:

@@ -108,21 +108,37 @@ def fx_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]
 def ir_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]]) -> Read:
     objs: "OrderedDict[str, dict[str, Any]]" = OrderedDict()
     for rec in records:
-        for op in (rec.get("payload") or {}).get("ops", []):
+        payload = rec.get("payload") or {}
+        main = _graph_id(payload.get("origin_graph"))
+        for op in payload.get("ops", []):
+            origins = (op.get("fields", {}).get("origins") or {})
+            origin_node = (op.get("fields", {}).get("origin_node") or {})
+            names = origins.get("value") or []
             objs[op.get("name")] = {
                 "name": op.get("name"),
                 "kind": op.get("type"),
                 "group": op.get("group"),
                 "fields": field_row(op.get("fields", {})),
-                "origins": (op.get("fields", {}).get("origins") or {}).get("value") or [],
-                "origin_node": (op.get("fields", {}).get("origin_node") or {}).get("value"),
-                # Each origin's FX graph id (`graph_id` of the FX stages), where the trace has them.
-                "origin_graphs": (op.get("fields", {}).get("origins") or {}).get("graphs") or [],
-                "origin_node_graph": (op.get("fields", {}).get("origin_node") or {}).get("graph"),
+                "origins": names,
+                "origin_node": origin_node.get("value"),
+                # Each origin's FX graph id (the FX stages' `graph_id`): the op list's own graph unless the op
+                # names another; None in a trace written before prov-trace recorded them (linked by name).
+                "origin_graphs": _graph_ids(origins.get("graphs"), len(names), main),
+                "origin_node_graph": _graph_id(origin_node["graph"]) if "graph" in origin_node else main,
                 "reads": op.get("reads", []),
                 "sources": op.get("source") or [],
             }
     return Read(list(objs.values()))
+
+
+def _graph_id(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _graph_ids(value: Any, n: int, main: int | None) -> list[int | None]:
+    if isinstance(value, list) and len(value) == n:
+        return [_graph_id(v) for v in value]
+    return [main] * n
 
 
 def post_nodes(kind: Any, ops: list[dict[str, Any]]) -> list[str]:
