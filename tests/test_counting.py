@@ -257,22 +257,24 @@ VIEWS_INTO_AN_EXTERN_KERNEL = """\
 import torch
 import torch.nn.functional as F
 from torch import nn
-qkv, out = nn.Linear(32, 96), nn.Linear(32, 32)
+qkv, out, drop = nn.Linear(32, 96), nn.Linear(32, 32), nn.Dropout(0.1).eval()
 def attend(x):
     q, k, v = (t.view(2, 8, 4, 8).transpose(1, 2) for t in qkv(x).chunk(3, dim=-1))
     y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     y = y.transpose(1, 2).reshape(2, 8, 32)
-    return out(y)
+    z = drop(x)
+    return out(y) + z
 with torch.no_grad():
     print(torch.compile(attend)(torch.randn(2, 8, 32)).shape)
 """
 
 
-def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel(tmp_path):
-    """Line 8's permute and view make no IR op: the addmm of line 9 reads through them, and its ExternKernelOut
+def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel_and_a_no_op_says_so(tmp_path):
+    """Line 8's permute and view make no IR op: the addmm of line 10 reads through them, and its ExternKernelOut
     lists them in its origins. Inductor takes an extern kernel's stack traces from its origin_node alone, so
-    the buffer carries line 9 only. The loss was ranked as 'removed: no object here comes from the line's
-    carriers', which its origins contradict."""
+    the buffer carries line 10 only. Line 9's dropout, in eval, is a clone that Inductor's remove_noop_ops drops
+    at post-grad. Both losses were ranked as 'removed: no object here comes from the line's carriers', which
+    the first one's origins contradict and which says nothing of the second's no-op."""
     (tmp_path / "attend.py").write_text(VIEWS_INTO_AN_EXTERN_KERNEL)
     proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "attend.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -283,8 +285,15 @@ def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel(tmp
     op = next(o for o in g["stages"][S.IR_PRE]["objects"] if o["name"] == name)
     assert op["kind"] == "ExternKernelOut" and set(row["carriers"][S.POST_GRAD]) <= set(op["origins"]), op
     assert op["origin_node"] not in row["carriers"][S.POST_GRAD]
-    assert [s["line"] for s in op["sources"]] == [9], op["sources"]
+    assert [s["line"] for s in op["sources"]] == [10], op["sources"]
     (loss,) = [loss for loss in g["losses"] if {"file": row["file"], "line": 8} in loss["lines"]]
     assert loss["kind"] == ("buffer ExternKernelOut: the line's nodes are in its origins, not in its stack traces, "
                             "which follow its origin_node alone"), loss
     assert loss["objects"] == [name]
+    drop = next(r for r in g["survival"] if r["line"] == 9)
+    assert (drop["last_stage"], drop["lost_at"], drop["lost_by"]) == (S.AOT_GRAPH, S.POST_GRAD, []), drop
+    (clone,) = [o for o in g["stages"][S.AOT_GRAPH]["objects"] if o["name"] in drop["carriers"][S.AOT_GRAPH]]
+    assert clone["target"] == "aten.clone.default", clone
+    (loss,) = [loss for loss in g["losses"] if {"file": row["file"], "line": 9} in loss["lines"]]
+    assert loss["kind"].startswith("no-op: each of the line's ops is one Inductor's post-grad pass "
+                                   "remove_noop_ops drops"), loss

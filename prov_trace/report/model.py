@@ -804,6 +804,28 @@ def _fallback_kinds(g: dict[str, Any], row: dict[str, Any]) -> list[str] | None:
     return sorted(kinds) if kinds and kinds <= set(_FALLBACK_IR) else None
 
 
+#: The ATen ops Inductor's post-grad pass `remove_noop_ops` drops when their result is their input (its
+#: `noop_registry`, torch/_inductor/fx_passes/post_grad.py): by overload packet, and two view overloads.
+_NOOP_PACKETS = frozenset({
+    "aten.slice", "aten.slice_scatter", "aten.repeat", "aten.constant_pad_nd", "prims.convert_element_type",
+    "prims.device_put", "aten.ceil", "aten.floor", "aten.round", "aten.trunc", "aten.pow", "aten.cat",
+    "aten.copy", "aten.alias", "aten.clone"})
+_NOOP_OVERLOADS = frozenset({"aten.view.default", "aten.view.dtype"})
+
+
+def _noop_targets(g: dict[str, Any], row: dict[str, Any]) -> list[str] | None:
+    """The targets of the AOT-graph nodes that last carried a line, when every one is an op `remove_noop_ops`
+    may drop (else None). Dead code elimination may have dropped them instead: either way, ops with no effect."""
+    if row["last_stage"] != S.AOT_GRAPH:
+        return None
+    names = set(row["carriers"].get(S.AOT_GRAPH) or [])
+    targets = {str(o.get("target")) for o in (g["stages"].get(S.AOT_GRAPH) or {}).get("objects", [])
+               if o["name"] in names}
+    if not targets or not all(t in _NOOP_OVERLOADS or t.rpartition(".")[0] in _NOOP_PACKETS for t in targets):
+        return None
+    return sorted(targets)
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -817,6 +839,7 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         by_name = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
         losers = r["lost_by"] or [None]
         fallback = _fallback_kinds(g, r) if r["lost_by"] == [] and st == S.KERNEL_SPEC else None
+        noop = _noop_targets(g, r) if r["lost_by"] == [] and st == S.POST_GRAD else None
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
@@ -824,6 +847,9 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
             if st in (stopped.get("maybe_cut_short") or []):
                 kind = (f"maybe cut short: the compile stopped inside {target_function(stopped.get('target'))} "
                         "after this stage's last record, perhaps before it made anything of the line")
+            elif noop:
+                kind = ("no-op: each of the line's ops is one Inductor's post-grad pass remove_noop_ops drops "
+                        "when its result is its input (a clone, a view to the same shape, an alias)")
             elif fallback:
                 kind = (f"fallback op ({', '.join(fallback)}): runs as eager ATen outside the backend's kernels, "
                         "so no kernel spec holds it")
