@@ -418,6 +418,45 @@ def test_a_compile_that_fails_while_making_its_kernels_does_not_call_the_next_li
         "recorded 2, perhaps before it made them all")
 
 
+AFTER_INDUCTOR = """\
+import torch
+from torch._inductor.compile_fx import compile_fx
+
+
+def backend(gm, inputs):  # a backend that fails after Inductor has compiled the graph whole
+    compile_fx(gm, inputs)
+    raise RuntimeError("failed after Inductor")
+
+
+def f(x, w):
+    y = torch.sin(x) @ w
+    return torch.tanh(y) + 1
+
+
+try:
+    torch.compile(f, backend=backend)(torch.randn(8, 8), torch.randn(8, 8))
+except Exception as exc:
+    print("caught:", type(exc).__name__)
+"""
+
+
+def test_a_compile_that_fails_after_inductor_emitted_its_module_keeps_its_kernel_spec_whole(tmp_path):
+    """The compile stops in Dynamo, after Inductor emitted the module: every kernel was made, so the kernel
+    spec is the graph's, and no line is 'maybe cut short' there."""
+    (tmp_path / "after.py").write_text(AFTER_INDUCTOR)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "after.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0 and "caught: BackendCompilerFailed" in proc.stdout, proc.stdout + proc.stderr
+    import prov_trace
+
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    assert g["stages"]["artifact"]["observed"] and len(g["stages"]["kernel_spec"]["objects"]) == 3
+    assert g["headline"]["stopped_in"] == {"stage": "dynamo_graph",
+                                           "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
+                                           "maybe_cut_short": []}, g["headline"]
+    assert report.check("kernel_spec:origins=all").ok
+
+
 ONE_COMPILE_FAILS = """\
 import torch
 import torch._inductor.config as cfg

@@ -1154,13 +1154,18 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     calls: list[Any] = [None] * len(graphs)  # the stopped call's id: ids are taken in call order
     rank = {st: i for i, st in enumerate(stage_order)}
     kernel_calls: dict[int, list[int]] = {}  # per graph, the calls its kernel spec records came from
+    emitted: set[int] = set()  # the graphs whose artifact was recorded: their kernels were all made
     for r in trace.records:
         if r.get("kind") != S.PROBE or r.get("stage") not in S.STAGES or r.get("compile_id") is None:
             continue  # a record written before unwinds carried their compile, or outside any compile
         if r.get("phase") != "unwind":
-            if r["stage"] == S.KERNEL_SPEC and isinstance(r.get("call"), int):
+            if r["stage"] in (S.KERNEL_SPEC, S.ARTIFACT):
                 for key in _graphs_of(r, kinds):
-                    if key in index:
+                    if key not in index:
+                        continue
+                    if r["stage"] == S.ARTIFACT:
+                        emitted.add(index[key])
+                    elif isinstance(r.get("call"), int):
                         kernel_calls.setdefault(index[key], []).append(r["call"])
             continue
         for key in _graphs_of(r, kinds):
@@ -1170,8 +1175,9 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
                 calls[i] = r.get("call")
     for i, stopped in enumerate(out):
         # Kernels are made one at a time inside the call that did not return (Inductor's codegen, inside
-        # compile_to_module): the kernel spec may hold only those made before the compile stopped.
-        if stopped and isinstance(calls[i], int) and any(c > calls[i] for c in kernel_calls.get(i, ())):
+        # compile_to_module): the kernel spec may hold only those made before the compile stopped, unless the
+        # module that holds them was emitted (a compile that stopped after Inductor, in Dynamo).
+        if stopped and i not in emitted and isinstance(calls[i], int) and any(c > calls[i] for c in kernel_calls.get(i, ())):
             stopped["maybe_cut_short"].append(S.KERNEL_SPEC)
     return out
 
