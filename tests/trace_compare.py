@@ -40,6 +40,10 @@ class _Normaliser:
                     continue
                 if k == "graph_id" and x is not None:
                     out[k] = self._id(x)
+                elif k in ("origin_graph", "graph") and isinstance(x, int) and not isinstance(x, bool):
+                    out[k] = self._id(x)  # the IR probes' FX graph ids (a record's own `graph` is a kind: str)
+                elif k == "graphs" and isinstance(x, list):
+                    out[k] = [self._id(g) if isinstance(g, int) else g for g in x]
                 elif isinstance(k, str) and _ID_KEY.match(k):
                     out[self._id(k)] = self.value(x)
                 else:
