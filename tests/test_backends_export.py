@@ -23,6 +23,8 @@ import pytest
 from conftest import EXAMPLES, Run, cli, unknown_wrapper_ops
 from inductor_trace import assert_matches_inductor
 
+from prov_trace.stream import schema as S
+
 pytestmark = pytest.mark.compile
 
 OFF = "not on this compile's path (backend: {})"
@@ -183,6 +185,35 @@ def nested(tmp_path_factory):
         torch.compile(Custom())(torch.randn(4, 16)).backward()
 
     return _trace(tmp_path_factory, "nested", body)
+
+
+@pytest.fixture(scope="session")
+def frozen_and_compiled_autograd(tmp_path_factory):
+    """Two compiles that change what reaches Inductor: freezing (a line that reads only parameters is folded
+    into a constant, under an autocast region), then a training step under compiled autograd."""
+    def body(torch, m):
+        class Folded(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(16, 16)
+
+            def forward(self, x):
+                w = self.fc.weight * 0.5
+                with torch.autocast("cpu", enabled=False):
+                    h = torch.relu(x @ w.t())
+                return h + self.fc.bias
+
+        def train(x):
+            loss = m(x).pow(2).mean()
+            loss.backward()
+            return loss
+
+        with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+            torch.compile(Folded().eval())(torch.randn(4, 16))
+        with torch._dynamo.config.patch(compiled_autograd=True):
+            torch.compile(train)(torch.randn(2, 128))
+
+    return _trace(tmp_path_factory, "frozen_and_compiled_autograd", body)
 
 
 def _cells(g):
@@ -474,3 +505,71 @@ def test_a_recompile_for_a_new_shape_is_its_own_labelled_graph(recompiled):
     (note,) = second["notes"]
     assert note.startswith("Recompile: compile 2 of frame 0.") and "l_x_: ('s77', '128')" in note
     assert _counts(second)["aot_graph"] == 5
+
+
+
+# --- freezing and compiled autograd --------------------------------------------------------------------
+
+def _row_of(g, text):
+    return next(r for r in g["survival"] if r["text"] == text)
+
+
+def _loss_of(g, row):
+    (loss,) = [loss for loss in g["losses"] if {"file": row["file"], "line": row["line"]} in loss["lines"]]
+    return loss
+
+
+def test_a_line_freezing_folds_into_a_constant_says_so_and_a_with_line_is_not_a_loss(frozen_and_compiled_autograd):
+    """`w = self.fc.weight * 0.5` reads only a parameter: freezing's constant folding computes it at compile time
+    and its frozen constant is a get_attr with no stack trace. The report ranked it as 'removed: no object here
+    comes from the line's carriers'. The autocast line made no node (Dynamo applied it while tracing) and was
+    ranked as lost before the Dynamo graph."""
+    _, model = frozen_and_compiled_autograd
+    g = next(g for g in model["graphs"] if g["label"] == "0/0 inference")
+    post = g["stages"][S.POST_GRAD]
+    assert any(o["kind"] == "get_attr" and o["target"].startswith("_frozen_param") for o in post["boundary"])
+    folded = _row_of(g, "w = self.fc.weight * 0.5")
+    assert (folded["last_stage"], folded["lost_at"], folded["lost_by"]) == (S.AOT_GRAPH, S.POST_GRAD, []), folded
+    assert _loss_of(g, folded)["kind"].startswith("folded into a constant: the line reads only parameters"), g["losses"]
+    # The lines that read the input are not folded: they reach the kernels.
+    assert _row_of(g, "h = torch.relu(x @ w.t())")["counts"][S.KERNEL_SPEC] >= 1
+    assert _row_of(g, "return h + self.fc.bias")["counts"][S.KERNEL_SPEC] >= 1
+    assert all(not loss["kind"].startswith("folded") for loss in g["losses"] if loss["lines"] != [
+        {"file": folded["file"], "line": folded["line"]}])
+    with_line = _row_of(g, 'with torch.autocast("cpu", enabled=False):')
+    assert with_line["note"].startswith("a with statement: Dynamo applied its context manager while tracing")
+    assert (with_line["lost_at"], with_line["lost_by"]) == (None, [])
+    assert g["headline"]["lines"] == 3 and g["headline"]["worst"] == {"from": S.AOT_GRAPH, "to": S.POST_GRAD, "lines": 1}
+
+
+def test_compiled_autograds_graph_says_what_it_is_and_why_its_aot_graph_holds_no_line(frozen_and_compiled_autograd):
+    """Under compiled autograd the backward call is traced into a graph of its own (`!0/2/0`): its Dynamo nodes
+    carry the forward lines, and lines of the FX code compiled autograd generated (<eval_with_key>), which were
+    counted as the model's. Inductor hands it to AOT autograd in a GmWrapper, so pre-grad does not fire and
+    no AOT node carries a stack trace; the report ranked that as 'removed'. The forward's backward graph, which
+    Inductor never compiled on its own, read 'the run made no backward call'."""
+    path, model = frozen_and_compiled_autograd
+    labels = [g["label"] for g in model["graphs"]]
+    ca = next(g for g in model["graphs"] if g["compile_id"].startswith("!"))
+    assert labels == ["0/0 inference", "1/0 forward", "1/0 backward", ca["label"]], labels
+    assert not ca["stages"][S.PRE_GRAD]["observed"] and ca["stages"][S.AOT_GRAPH]["objects"]
+    assert not any(o["fields"]["stack_trace"]["populated"] for o in ca["stages"][S.AOT_GRAPH]["objects"])
+    generated = [r for r in ca["survival"] if r["file"].startswith("<eval_with_key>")]
+    assert generated and not any(r["user"] for r in generated), generated
+    loss_line = _row_of(ca, "loss = m(x).pow(2).mean()")
+    assert loss_line["user"] and (loss_line["last_stage"], loss_line["lost_at"]) == (S.DYNAMO_GRAPH, S.AOT_GRAPH)
+    (loss,) = ca["losses"]
+    assert loss["kind"].startswith("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper")
+    assert len(loss["lines"]) == ca["headline"]["lines"] == 4  # the MLP's three lines and the loss line
+    assert any(n.startswith("Compiled autograd's graph") for n in ca["notes"])
+    assert any("no node of its AOT graph carries a stack trace" in n for n in ca["notes"])
+    backward = next(g for g in model["graphs"] if g["label"] == "1/0 backward")
+    assert backward["headline"]["lazy_backward"] and backward["headline"]["compiled_autograd"] == [ca["label"]]
+    assert "compiled_autograd" not in next(g for g in model["graphs"] if g["label"] == "1/0 forward")["headline"]
+    import prov_trace
+    report = prov_trace.load(path)
+    assert (f"did not fire for this graph: Inductor did not compile it on its own, because compiled autograd "
+            f"traced the backward call into its own graph ({ca['label']})") in report.to_markdown()
+    res = report.check("post_grad:stack_trace>=1")
+    why = next(f["why"] for f in res.failures if f["graph"] == "1/0 backward")
+    assert "compiled autograd traced the backward call into its own graph" in why, res.text

@@ -297,3 +297,33 @@ def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel_and
     (loss,) = [loss for loss in g["losses"] if {"file": row["file"], "line": 9} in loss["lines"]]
     assert loss["kind"].startswith("no-op: each of the line's ops is one Inductor's post-grad pass "
                                    "remove_noop_ops drops"), loss
+
+
+def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():
+    """The rule behind 'folded into a constant', on hand-made graphs (the real compile is in
+    test_backends_export): every name must resolve, and none of the line's AOT nodes may reach an input the
+    post-grad graph still takes."""
+    from prov_trace.report.model import _folded_by_freezing
+
+    def node(name, kind="call_function", target="aten.mul.Tensor", inputs=()):
+        return {"name": name, "kind": kind, "target": target, "inputs": list(inputs)}
+
+    aot = {"objects": [node("mul", inputs=["arg0_1"]), node("add", inputs=["mul", "arg1_1"]), node("odd", inputs=["ghost"])],
+           "boundary": [node("arg0_1", "placeholder", "arg0_1"), node("arg1_1", "placeholder", "arg1_1")]}
+    frozen = {"boundary": [node("arg1_1", "placeholder", "arg1_1"), node("c", "get_attr", "_frozen_param3")]}
+    unfrozen = {"boundary": [node("arg1_1", "placeholder", "arg1_1"), node("arg0_1", "get_attr", "fc.weight")]}
+
+    def g(post):
+        return {"stages": {S.AOT_GRAPH: aot, S.POST_GRAD: post}}
+
+    def row(*names):
+        return {"last_stage": S.AOT_GRAPH, "carriers": {S.AOT_GRAPH: list(names)}}
+
+    assert _folded_by_freezing(g(frozen), row("mul"))            # a parameter only: folded
+    assert not _folded_by_freezing(g(frozen), row("add"))        # reads arg1_1, still an input at run time
+    assert not _folded_by_freezing(g(frozen), row("odd"))        # an input the trace does not name: not known
+    assert not _folded_by_freezing(g(unfrozen), row("mul"))      # no frozen constant: freezing did not run
+    assert not _folded_by_freezing(g(frozen), row())             # nothing carried it
+    assert not _folded_by_freezing(g(frozen), {**row("mul"), "last_stage": S.PRE_GRAD})
+    wide = {**aot, "objects": [node("cat", inputs=["arg0_1"] * 256)]}
+    assert not _folded_by_freezing({"stages": {S.AOT_GRAPH: wide, S.POST_GRAD: frozen}}, row("cat"))  # inputs cut

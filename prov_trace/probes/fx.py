@@ -18,10 +18,10 @@ from prov_trace.probes.snapshot import (
     type_name,
 )
 from prov_trace.probes.source import source_of_stack_trace
-from prov_trace.stream.schema import FX_FIELDS
+from prov_trace.stream.schema import FX_FIELDS, MAX_FX_INPUTS
 
 #: Bound on input names per node.
-MAX_NAMES = 256
+MAX_NAMES = MAX_FX_INPUTS
 
 #: Bound on nodes per graph snapshot; a larger graph is cut and the cut counted.
 MAX_NODES = 50_000

@@ -148,6 +148,9 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                     hl = g.get("headline") or {}
                     if hl.get("stopped_in") and st in hl.get("unobserved", []):
                         why += f" (the graph's compile stopped inside {target_function(hl['stopped_in'].get('target'))})"
+                    elif hl.get("compiled_autograd") and st in hl.get("unobserved", []):
+                        why += (" (compiled autograd traced the backward call into its own graph, "
+                                f"{', '.join(hl['compiled_autograd'])}, so Inductor did not compile this one)")
                     elif hl.get("lazy_backward") and st in hl.get("unobserved", []):
                         why += (" (Inductor compiles a backward graph at its first backward call, and the run made "
                                 "none; under torch.no_grad() there is no backward graph)")

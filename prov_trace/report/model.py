@@ -506,8 +506,11 @@ def _mark_model_files(graphs: list[dict[str, Any]]) -> None:
                 attached[r["file"]] = attached.get(r["file"], 0) + 1
     for g in graphs:
         first_seen: dict[Any, int] = {}
+        ca = is_compiled_autograd(g.get("compile_id"))
         for r in g["survival"]:
             r["user"] = not is_library_path(r["file"]) or (r["file"] in attached and not _TORCH_PACKAGE.search(r["file"]))
+            if ca and str(r["file"]).startswith(_GENERATED_FX):
+                r["user"] = False  # compiled autograd's own generated code
             first_seen.setdefault(r["file"], len(first_seen))
         # The file with most lines the compile carries first: the model's main file.
         g["survival"].sort(key=lambda r: (not r["user"], -attached.get(r["file"], 0), first_seen[r["file"]],
@@ -722,6 +725,23 @@ def _mark_wrappers(graphs: list[dict[str, Any]]) -> None:
                 row["lost_at"], row["lost_by"] = None, []
 
 
+#: A survival row's note when its line is a `with` statement nothing carries: Dynamo ran its context manager
+#: while tracing (autocast, no_grad), so its effect is on the ops under it, which carry their own lines.
+CONTEXT_MANAGER = "a with statement: Dynamo applied its context manager while tracing, and the ops under it carry their own lines"
+_WITH = re.compile(r"^\s*(?:async\s+)?with\b")
+
+
+def _mark_context_managers(graphs: list[dict[str, Any]]) -> None:
+    """A `with` line no object carries is not a loss: its context manager made no node of its own. (One that
+    made a graph break was marked as such before this runs; one that made nodes, a grad mode switch, is
+    carried and counted.)"""
+    for g in graphs:
+        for row in g["survival"]:
+            if row["note"] is None and row["last_stage"] is None and _WITH.match(str(row["text"] or "")):
+                row["note"] = CONTEXT_MANAGER
+                row["lost_at"], row["lost_by"] = None, []
+
+
 def _counted_rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows a headline counts: the user's own lines that hold an op of this graph."""
     return [r for r in g["survival"] if r["user"] and not r["note"]]
@@ -826,6 +846,48 @@ def _noop_targets(g: dict[str, Any], row: dict[str, Any]) -> list[str] | None:
     return sorted(targets)
 
 
+#: The target prefix of the attributes Inductor's freezing (`torch._inductor.config.freezing`) makes of the
+#: parameters and of what constant folding computes from them (torch/_inductor/freezing.py).
+_FROZEN_PREFIX = "_frozen_param"
+
+
+def _folded_by_freezing(g: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether a line last carried by the AOT graph was computed at compile time by freezing's constant folding:
+    the post-grad graph reads frozen constants, and none of the line's AOT nodes depends on an input the
+    post-grad graph still takes at run time. Inductor's folded constants keep no stack trace (a `get_attr`
+    with only `val` in its meta), so the line reaches no later object. Any name it cannot resolve, or a node
+    whose inputs the probe cut, reads as depending on an input: the answer is then no."""
+    if row["last_stage"] != S.AOT_GRAPH:
+        return False
+    post = g["stages"].get(S.POST_GRAD) or {}
+    boundary = post.get("boundary") or []
+    if not any(o.get("kind") == "get_attr" and str(o.get("target") or "").startswith(_FROZEN_PREFIX)
+               for o in boundary):
+        return False
+    runtime = {o["name"] for o in boundary if o.get("kind") == "placeholder"}
+    aot = g["stages"].get(S.AOT_GRAPH) or {}
+    nodes: dict[str, Any] = {}
+    for o in [*aot.get("objects", []), *aot.get("boundary", [])]:
+        nodes[o["name"]] = None if o["name"] in nodes else o  # a name two graphs share: unresolved
+    carriers = list(row["carriers"].get(S.AOT_GRAPH) or [])
+    seen: set[str] = set()
+    todo = list(carriers)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        o = nodes.get(name)
+        if o is None or name in runtime or len(o.get("inputs") or []) >= schema.MAX_FX_INPUTS:
+            return False
+        if o.get("kind") == "placeholder":
+            # An AOT input the post-grad graph no longer takes: a parameter freezing made a constant, or
+            # one it folded away. One it still takes as a placeholder was caught above.
+            continue
+        todo.extend(str(i) for i in o.get("inputs") or [])
+    return bool(carriers)
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -840,6 +902,9 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         losers = r["lost_by"] or [None]
         fallback = _fallback_kinds(g, r) if r["lost_by"] == [] and st == S.KERNEL_SPEC else None
         noop = _noop_targets(g, r) if r["lost_by"] == [] and st == S.POST_GRAD else None
+        folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
+        unwrapped = (st == S.AOT_GRAPH and is_compiled_autograd(g.get("compile_id"))
+                     and _no_aot_stack_traces(g["stages"]))
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
@@ -847,6 +912,12 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
             if st in (stopped.get("maybe_cut_short") or []):
                 kind = (f"maybe cut short: the compile stopped inside {target_function(stopped.get('target'))} "
                         "after this stage's last record, perhaps before it made anything of the line")
+            elif unwrapped:
+                kind = ("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper module (its "
+                        "inputs come as one list), and AOT autograd copies node meta only from a GraphModule")
+            elif folded:
+                kind = ("folded into a constant: the line reads only parameters, so Inductor's freezing computed "
+                        "it at compile time, and its frozen constants carry no source")
             elif noop:
                 kind = ("no-op: each of the line's ops is one Inductor's post-grad pass remove_noop_ops drops "
                         "when its result is its input (a clone, a view to the same shape, an alias)")
@@ -861,6 +932,60 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
                 grp["objects"].append(name)
     ranked = sorted(groups.values(), key=lambda grp: -len(grp["lines"]))
     return [{**grp, "lines": [{"file": f, "line": ln} for f, ln in grp["lines"]]} for grp in ranked]
+
+
+def is_compiled_autograd(cid: Any) -> bool:
+    """Compiled autograd's graphs have compile ids that start with `!` (`!0/1/0`): Dynamo traced the backward
+    pass autograd recorded, not a frame of the program."""
+    return isinstance(cid, str) and cid.startswith("!")
+
+
+#: The FX code compiled autograd generates for its graph (its inputs' unpacking, its gradient accumulation),
+#: which Dynamo then compiles as a frame: torch's, not the model's.
+_GENERATED_FX = "<eval_with_key>"
+
+
+def _no_aot_stack_traces(stages: dict[str, dict[str, Any]]) -> bool:
+    """The AOT graph was measured, has compute nodes, and none of them carries a stack trace."""
+    aot = stages.get(S.AOT_GRAPH) or {}
+    objs = aot.get("objects") or []
+    return bool(aot.get("observed") and objs
+                and not any(o["fields"].get("stack_trace", {}).get("populated") for o in objs))
+
+
+#: Why a compiled autograd graph's AOT graph carries no stack trace (torch/_inductor/compile_fx.py,
+#: torch/_functorch/aot_autograd.py and _aot_autograd/graph_capture_wrappers.py, read in torch 2.13).
+CA_UNWRAPPED = ("Inductor hands compiled autograd's graph to AOT autograd inside a wrapper module (its inputs come "
+                "as one list), not as a GraphModule; AOT autograd runs pre-grad passes and copies node meta only "
+                "for a GraphModule")
+
+
+def _compiled_autograd_notes(cid: Any, stages: dict[str, dict[str, Any]]) -> list[str]:
+    if not is_compiled_autograd(cid):
+        return []
+    notes = [f"Compiled autograd's graph (its compile id starts with !): Dynamo traced the backward pass autograd "
+             f"recorded at a backward call. Its nodes carry the forward lines whose gradients they compute, and "
+             f"lines of the FX code compiled autograd generated ({_GENERATED_FX}: unpacking its inputs, accumulating "
+             f"gradients), which are torch's, not the model's."]
+    if _no_aot_stack_traces(stages):
+        pre = stages.get(S.PRE_GRAD) or {}
+        notes.append(f"{CA_UNWRAPPED}. So "
+                     + ("FX pre-grad did not fire for it, and " if not pre.get("observed") else "")
+                     + "no node of its AOT graph carries a stack trace: every line it holds is lost there.")
+    return notes
+
+
+def _mark_backward_by_compiled_autograd(graphs: list[dict[str, Any]]) -> None:
+    """A backward graph Inductor never compiled is not always one the run never called: under compiled
+    autograd, the backward call is traced into compiled autograd's own graph, whose Dynamo graph calls AOT
+    autograd's backward prologue and holds the backward graph's ops (named `aot0_mm`, ...). Such a graph's
+    headline names those graphs (`compiled_autograd`)."""
+    inlining = [g["label"] for g in graphs if is_compiled_autograd(g.get("compile_id"))
+                and any(str(o.get("name")).startswith("call_aot_bwd_prologue")
+                        for o in (g["stages"].get(S.DYNAMO_GRAPH) or {}).get("objects", []))]
+    for g in graphs:
+        if inlining and g["headline"].get("lazy_backward"):
+            g["headline"]["compiled_autograd"] = inlining
 
 
 def _graph_notes(stages: dict[str, dict[str, Any]]) -> list[str]:
@@ -1053,11 +1178,13 @@ def build(trace: Trace) -> ReportModel:
             "survival": (survival := _survival(stages, stage_order)),
             "mappings": _mappings(stages),
             "lineage": _lineage.build(stages, survival),
-            "notes": _graph_notes(stages) + _recompile_notes(cid, by_stage) + list(stage_notes.values()),
+            "notes": (_graph_notes(stages) + _recompile_notes(cid, by_stage) + _compiled_autograd_notes(cid, stages)
+                      + list(stage_notes.values())),
         })
     _mark_shared(graphs)
     _mark_other_graphs(graphs)
     _mark_graph_breaks(graphs, frames_without_graph)
+    _mark_context_managers(graphs)  # after the graph breaks: an unsupported context manager breaks the graph
     _mark_untraced_lines(graphs)
     _mark_wrappers(graphs)
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
@@ -1065,6 +1192,7 @@ def build(trace: Trace) -> ReportModel:
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
+    _mark_backward_by_compiled_autograd(graphs)
     # A frame with no graph has one record group of its compile id: where that compile stopped, if it did.
     for f, stopped in zip(frames_without_graph, _stopped_in(
             trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):

@@ -492,6 +492,11 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
             parts += [f"{names} did not fire for this graph, so nothing is measured there: its compile stopped inside ",
                       Code(target_function(stopped.get("target"))), f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
                       + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
+        elif hl.get("lazy_backward") and hl.get("compiled_autograd"):
+            ca = hl["compiled_autograd"]
+            parts.append(f"{names} did not fire for this graph: Inductor did not compile it on its own, because "
+                         f"compiled autograd traced the backward call into its own graph "
+                         f"({', '.join(ca)}), which holds this graph's ops. ")
         elif hl.get("lazy_backward") and not raised:
             parts.append(f"{names} did not fire for this graph: Inductor compiles a backward graph at its first "
                          "backward call, and the run made none while it was traced (a forward run outside "

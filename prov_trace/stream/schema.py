@@ -80,6 +80,10 @@ def is_provenance_comment(line: str) -> bool:
 PACK_OPTIONS = dict(use_bin_type=True, unicode_errors="surrogateescape")
 UNPACK_OPTIONS = dict(raw=False, strict_map_key=False, unicode_errors="surrogateescape")
 
+#: How many input names an FX node's snapshot keeps (docs/trace-format.md); past it the rest are counted in
+#: `cut_inputs`, so a node with this many names may have had more.
+MAX_FX_INPUTS = 256
+
 #: How deeply maps and lists may nest in a record a reader keeps whole. What prov-trace writes stays well
 #: under it (a from_node tree is cut at depth 32, about 75 levels from the record); a deeper part is read
 #: as null and counted (stream/conform.py), so nothing that walks a record recurses past Python's limit.
