@@ -107,6 +107,16 @@ class Progress:
             return
         label = graph_label(record)
         payload = record.get("payload")
+        if stage == schema.COMPILE_ERROR:  # not a stage's objects: why this compile stopped, said once
+            from prov_trace.report.text import error_summary
+
+            said = error_summary((payload or {}).get("error") if isinstance(payload, dict) else None)
+            with self._lock:
+                if self.tty and self._line:
+                    self._write("\r\x1b[K")
+                    self._line = False
+                self._write(f"{voice.name()}: [{label}] the compile raised {said or 'an exception'}\n")
+            return
         unit = payload_unit(payload)
         with self._lock:
             n = self.counts.get((label, stage, unit[1]), 0) + payload_objects(stage, payload)

@@ -161,7 +161,10 @@ def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path
     (err,) = _errors(proc)
     assert ("Sequential fails on the inputs from --input-shape 2,5 without compiling too (RuntimeError: mat1 and "
             "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
-    assert "TorchRuntimeError" not in proc.stderr, proc.stderr
+    # Dynamo's exception is not dumped: the live progress names it in one line, as it happens.
+    assert "prov-trace: [0/0] the compile raised TorchRuntimeError: RuntimeError when making fake tensor call\n" \
+        in proc.stderr, proc.stderr
+    assert proc.stderr.count("TorchRuntimeError") == 1, proc.stderr
     # Dynamo's frame conversion was entered (the Source hook's one event) and exited by the exception.
     assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 event, 0 objects, 1 call raised \(the compile "
                      r"failed inside it\)$", proc.stdout, re.M), proc.stdout
@@ -267,7 +270,9 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     """fullgraph=True around a print: Dynamo raises before Inductor is imported. The summary said NOT RESOLVED
     ('module ... was never imported') for every Inductor stage, which reads as prov-trace not matching torch."""
     (tmp_path / "fg.py").write_text(FULLGRAPH_BREAK)
-    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "fg.py", cwd=tmp_path, env=LIGHT)
+    proc = cli("run", "--report", "r.md", "-o", "t.msgpack", "fg.py", cwd=tmp_path, env=LIGHT)
+    # Live, as Dynamo handles it: the one line that says why this frame compiled nothing.
+    assert "prov-trace: [0/0] the compile raised Unsupported: Failed to trace builtin operator\n" in proc.stderr
     assert proc.returncode == 3 and "caught: Unsupported" in proc.stdout, proc.stdout + proc.stderr
     lines = {ln.split()[0] + (" " + ln.split()[1] if ln.split()[0] in ("FX", "Kernel") else ""): ln
              for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")}
@@ -279,10 +284,14 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     import prov_trace
 
     frames = prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
-    assert [(f["qualname"], f["stopped_in"]) for f in frames] == [
-        ("f", {"stage": "source", "target": "torch._dynamo.convert_frame:_compile"})]
-    assert ("(its compile stopped inside `_compile`, whose call did not return)."
-            in (tmp_path / "r.md").read_text())
+    (stopped,) = [f["stopped_in"] for f in frames if f["qualname"] == "f"]
+    error = stopped.pop("error")
+    assert stopped == {"stage": "source", "target": "torch._dynamo.convert_frame:_compile"}
+    # What Dynamo raised, read where it handled it: the run's reader no longer has to find it in stderr.
+    assert error["type"] == "torch._dynamo.exc.Unsupported" and "inner" not in error, error
+    assert error["text"].startswith("Failed to trace builtin operator\n") and "`print`" in error["text"], error
+    assert ("(its compile stopped inside `_compile`, whose call did not return: it raised Unsupported: Failed to "
+            "trace builtin operator)" in (tmp_path / "r.md").read_text())
 
 
 BACKEND_RAISES = """\
@@ -301,6 +310,14 @@ try:
     torch.compile(g, backend=my_backend)(torch.randn(4))
 except Exception as exc:
     print("caught:", type(exc).__name__)
+lstm = torch.nn.LSTM(4, 4)
+
+
+def h(x):  # Dynamo cannot trace an LSTM: it skips the whole frame, which runs in eager, and says nothing
+    return lstm(x)[0]
+
+
+print("eager:", torch.compile(h, backend=my_backend)(torch.randn(2, 3, 4)).shape)
 """
 
 
@@ -310,16 +327,31 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
     import prov_trace
 
     (tmp_path / "b.py").write_text(BACKEND_RAISES)
-    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "b.py", cwd=tmp_path, env=LIGHT)
+    proc = cli("run", "--report", "r.md", "-o", "t.msgpack", "b.py", cwd=tmp_path, env=LIGHT)
     assert proc.returncode == 0 and "caught: BackendCompilerFailed" in proc.stdout, proc.stdout + proc.stderr
+    # A frame Dynamo skipped with no exception reaching the program: the trace is the only place that says why,
+    # live and in the report.
+    assert "eager: torch.Size([2, 3, 4])" in proc.stdout
+    assert "prov-trace: [1/0] the compile raised Unsupported: Attempted to wrap RNN, GRU, or LSTM\n" in proc.stderr
+    (skipped,) = [f["stopped_in"] for f in prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
+                  if f["qualname"] == "h"]
+    assert skipped["error"]["type"] == "torch._dynamo.exc.Unsupported", skipped
+    assert skipped["error"]["text"].startswith("Attempted to wrap RNN, GRU, or LSTM\n"), skipped
+    assert ("b.py:19` (its compile stopped inside `_compile`, whose call did not return: it raised "
+            "Unsupported: Attempted to wrap RNN, GRU, or LSTM)") in (tmp_path / "r.md").read_text()
     assert re.search(r"^  Dynamo graph +fired .*, 1 call did not return$", proc.stdout, re.M), proc.stdout
     (graph,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
     assert graph["headline"]["unobserved"] == []
-    assert graph["headline"]["stopped_in"] == {"stage": "dynamo_graph",
-                                               "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
-                                               "maybe_cut_short": []}
+    stopped = dict(graph["headline"]["stopped_in"])
+    error = stopped.pop("error")
+    assert stopped == {"stage": "dynamo_graph", "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
+                       "maybe_cut_short": []}
+    # The backend's own exception, which Dynamo wraps: a builtin one whose argument is a string is read.
+    assert error["type"] == "torch._dynamo.exc.BackendCompilerFailed", error
+    assert error["inner"] == {"type": "builtins.RuntimeError", "text": "my backend cannot do this"}, error
     assert ("Its compile did not finish: it stopped inside `OutputGraph._call_user_compiler` (Dynamo graph's hook), "
-            "whose call did not return.") in (tmp_path / "r.md").read_text()
+            "whose call did not return: it raised BackendCompilerFailed, from RuntimeError: my backend cannot do "
+            "this.") in (tmp_path / "r.md").read_text()
 
 
 NO_COMPILER = """\
@@ -351,14 +383,18 @@ def test_a_compile_that_fails_inside_inductor_says_where_the_measure_stops(tmp_p
     assert "No line is lost on the way" not in text
     assert ("No line is lost up to LoopLevelIR (post-pass). Kernel spec and Artifact did not fire for this graph, so "
             "nothing is measured there: its compile stopped inside `GraphLowering.compile_to_module` (Artifact's "
-            "hook), whose call did not return, and the run ended with an exception (Ended, above).") in text, text
+            "hook), whose call did not return: it raised InductorError, from InvalidCxxCompiler: No working C++ "
+            "compiler found in torch.\\_inductor.config.cpp.cxx: (None, '/nonexistent/c++'), and the run ended with "
+            "an exception (Ended, above).") in text, text
     import prov_trace
 
     hl = prov_trace.load(tmp_path / "t.msgpack").model["graphs"][0]["headline"]
     assert hl["unobserved"] == ["kernel_spec", "artifact"] and hl["lines"] == 2 and hl["worst"] is None
     # The C++ compiler is needed when the emitted module is compiled: Inductor's compile_to_module raised.
-    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
-                                "maybe_cut_short": []}
+    stopped = dict(hl["stopped_in"])
+    assert stopped.pop("error")["inner"]["type"] == "torch._inductor.exc.InvalidCxxCompiler", hl
+    assert stopped == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                       "maybe_cut_short": []}
 
 
 CODEGEN_FAILS = """\
@@ -399,8 +435,11 @@ def test_a_compile_that_fails_while_making_its_kernels_does_not_call_the_next_li
     report = prov_trace.load(tmp_path / "t.msgpack")
     (g,) = report.model["graphs"]
     hl = g["headline"]
-    assert hl["stopped_in"] == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
-                                "maybe_cut_short": ["kernel_spec"]}, hl
+    stopped = dict(hl["stopped_in"])
+    assert stopped.pop("error")["inner"] == {"type": "builtins.NotImplementedError",
+                                             "text": "cannot generate this kernel"}, hl
+    assert stopped == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                       "maybe_cut_short": ["kernel_spec"]}, hl
     assert [o["kind"] for o in g["stages"]["kernel_spec"]["objects"]] == ["generated", "extern"]
     row = next(r for r in g["survival"] if r["line"] == 19)
     assert (row["last_stage"], row["lost_at"]) == ("ir_post", "kernel_spec"), row
@@ -451,9 +490,10 @@ def test_a_compile_that_fails_after_inductor_emitted_its_module_keeps_its_kernel
     report = prov_trace.load(tmp_path / "t.msgpack")
     (g,) = report.model["graphs"]
     assert g["stages"]["artifact"]["observed"] and len(g["stages"]["kernel_spec"]["objects"]) == 3
-    assert g["headline"]["stopped_in"] == {"stage": "dynamo_graph",
-                                           "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
-                                           "maybe_cut_short": []}, g["headline"]
+    stopped = dict(g["headline"]["stopped_in"])
+    assert stopped.pop("error")["inner"] == {"type": "builtins.RuntimeError", "text": "failed after Inductor"}
+    assert stopped == {"stage": "dynamo_graph", "target": "torch._dynamo.output_graph:OutputGraph._call_user_compiler",
+                       "maybe_cut_short": []}, g["headline"]
     assert report.check("kernel_spec:origins=all").ok
 
 
@@ -502,13 +542,15 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     failed, good = report.model["graphs"]
     assert (failed["compile_id"], good["compile_id"]) == ("0/0", "1/0")
     assert failed["headline"]["unobserved"] == ["kernel_spec", "artifact"], failed["headline"]
-    assert failed["headline"]["stopped_in"] == {"stage": "artifact",
-                                                "target": "torch._inductor.graph:GraphLowering.compile_to_module",
-                                                "maybe_cut_short": []}
+    stopped = dict(failed["headline"]["stopped_in"])
+    assert stopped.pop("error")["inner"]["type"] == "torch._inductor.exc.InvalidCxxCompiler", failed["headline"]
+    assert stopped == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                       "maybe_cut_short": []}
     assert good["headline"]["unobserved"] == [] and good["headline"]["stopped_in"] is None, good["headline"]
     text = (tmp_path / "r.md").read_text()
     assert ("Kernel spec and Artifact did not fire for this graph, so nothing is measured there: its compile "
-            "stopped inside `GraphLowering.compile_to_module` (Artifact's hook), whose call did not return. ") in text
+            "stopped inside `GraphLowering.compile_to_module` (Artifact's hook), whose call did not return: it raised "
+            "InductorError, from InvalidCxxCompiler: No working C++ compiler found in ") in text
     assert "Counts section shows which hooks did not fire" not in text
     # A rule on the stage fails on that graph alone, and says why nothing was measured there.
     result = report.check("kernel_spec:origins=all")

@@ -59,6 +59,27 @@ def test_a_terminal_gets_one_line_rewritten():
     assert "Kernel spec: 2 kernels so far" in text
 
 
+def test_a_compile_that_raised_is_said_on_a_line_of_its_own():
+    """A compile_error record is no stage's objects: it says what the compile raised, on a terminal too
+    (ending the rewritten line first), and its inner exception for a backend's failure."""
+    out = io.StringIO()
+    p = Progress(out, tty=True, clock=lambda: 0.0)
+    p(_rec("ir_pre", {"op_count": 3}))
+    p(_rec(schema.COMPILE_ERROR, {"error": {"type": "torch._inductor.exc.InductorError", "text": "x",
+                                            "inner": {"type": "builtins.NotImplementedError",
+                                                      "text": "cannot generate this kernel\nmore"}}}, graph=None))
+    p(_rec(schema.COMPILE_ERROR, {"error": {"type": "torch._dynamo.exc.Unsupported"}}, cid="1/0", graph=None))
+    p(_rec(schema.COMPILE_ERROR, "not a map", cid="2/0", graph=None))
+    p.close()
+    text = out.getvalue()
+    assert text.startswith("\r\x1b[Kprov-trace: [0/0 inference] LoopLevelIR (pre-pass): 3 ops so far, 0.0 s\r\x1b[K"), text
+    assert ("prov-trace: [0/0] the compile raised InductorError, from NotImplementedError: cannot generate this "
+            "kernel\n") in text
+    assert "prov-trace: [1/0] the compile raised Unsupported\n" in text
+    assert "prov-trace: [2/0] the compile raised an exception\n" in text
+    assert not any(st == schema.COMPILE_ERROR for (_, st, _) in p.counts)
+
+
 def test_object_counts_from_payloads():
     assert payload_objects("source", {"lines": [1, 2, 3, 4]}) == 4
     assert payload_objects("post_grad", {"node_count": 11, "nodes": [1]}) == 11
@@ -173,7 +194,7 @@ def test_a_terminal_sees_each_stage_on_one_line_and_quiet_silences_it(tmp_path):
     updates = [u for u in term.split("\r\x1b[K") if u.startswith("prov-trace: [")]
     # Every stage showed up as it fired, each update rewriting the same line: none ends its line ...
     shown = {PROGRESS.match(u)["title"] for u in updates}
-    assert shown == set(schema.STAGE_TITLES.values()) - {"Export graph"}, updates  # a torch.compile, no export
+    assert shown == {schema.STAGE_TITLES[s] for s in schema.STAGES} - {"Export graph"}, updates  # a torch.compile, no export
     assert not re.search(r"so far, [\d.]+ s\r?\n", term), term[-3000:]
     # ... and the line is cleared before prov-trace's next message, which starts on a clean line.
     assert "\r\x1b[Kprov-trace: trace written to t.msgpack" in term, term[-3000:]

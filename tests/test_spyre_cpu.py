@@ -170,9 +170,11 @@ def test_mlp_compiles_then_says_once_that_the_kernels_were_not_run(spyre_mlp):
 
 def test_mlp_every_spyre_hook_resolves_and_fires(spyre_mlp):
     hooks = spyre_mlp.model["hooks"]
-    assert len(hooks) == 8
+    assert len(hooks) == 9
     for h in hooks:
-        assert h["resolved"] and h["installed"] and h["fired"] >= 1 and h["errors"] == 0, h
+        # Dynamo's exception handler runs only for a compile that raised.
+        fired = h["fired"] >= 1 or h["target"] == "torch._dynamo.convert_frame:exception_handler"
+        assert h["resolved"] and h["installed"] and fired and h["errors"] == 0, h
     assert spyre_mlp.model["errors"] == []
     counts = {s["stage"]: s["objects"] for s in spyre_mlp.model["summary"]}
     assert counts == {"source": 4, "pre_grad": 3, "post_grad": 7, "ir_pre": 5, "ir_post": 5, "kernel_spec": 5,
@@ -363,7 +365,7 @@ def test_targets_resolve_every_spyre_target_in_the_tree(spyre_tree, spyre_env, t
                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out["targets"]) == 8 and out["drifted"] == []
+    assert len(out["targets"]) == 9 and out["drifted"] == []
     assert all(t["file"].startswith(str(spyre_tree)) for t in out["targets"] if "torch_spyre" in t["target"])
     assert proc.stderr.startswith(f"prov-trace: {STANDIN_LINE}; torch-spyre from {spyre_tree}")
 

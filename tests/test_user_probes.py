@@ -39,6 +39,7 @@ def test_parse_spec_forms():
     (f"{FUSE}=", "'=' must be followed by a stage name"),
     (f"{FUSE}=fusion@both", "put '@EVENT' before '=STAGE'"),
     (f"{FUSE}=kernel_spec", "'kernel_spec' is a built-in stage"),
+    (f"{FUSE}=compile_error", "'compile_error' is a built-in stage"),  # no column, but the report reads it
     (f"{FUSE}=has space", "is not a stage name"),
     ("pkg.mod:<locals>.f", "'<locals>' must sit between"),
 ])

@@ -62,6 +62,43 @@ def probe_aot_backward(call: ProbeCall) -> dict:
     return {**fx.snapshot_graph(call.arg("bw_module"), nested=True), "is_inference": False}
 
 
+# --- a compile that raised --------------------------------------------------------------------------
+
+#: How many characters of an exception's text a record keeps (Dynamo's messages run to a few hundred,
+#: with their explanation and hints).
+MAX_ERROR_TEXT = 2000
+
+
+def describe_exception(exc: Any, depth: int = 0) -> dict:
+    """An exception as plain data: its type, its text where reading it runs no code of the program's (a
+    torch exception, or a builtin one whose arguments are plain values), and for a backend's failure the
+    exception the backend raised (`inner`, one level)."""
+    t = type(exc)
+    mod = getattr(t, "__module__", "") or ""
+    out: dict[str, Any] = {"type": f"{mod}.{getattr(t, '__qualname__', t.__name__)}"}
+    text = None
+    try:
+        args = getattr(exc, "args", ())
+        if mod.startswith("torch"):
+            text = safe_str(exc, MAX_ERROR_TEXT)
+        elif mod == "builtins" and t.__str__ is BaseException.__str__ and all(
+                isinstance(a, (str, int, float, bool)) for a in args):
+            text = cut_str(str(exc), MAX_ERROR_TEXT)
+    except Exception:  # noqa: BLE001 - an exception we cannot read is recorded by its type alone
+        text = None
+    if text is not None:
+        out["text"] = text
+    inner = getattr(exc, "inner_exception", None)
+    if depth == 0 and isinstance(inner, BaseException):
+        out["inner"] = describe_exception(inner, 1)
+    return out
+
+
+def probe_compile_error(call: ProbeCall) -> dict:
+    """Dynamo's handler of an exception that ended a frame's compile: what was raised."""
+    return {"error": describe_exception(call.arg("e"))}
+
+
 # --- torch.export ---------------------------------------------------------------------------------
 
 

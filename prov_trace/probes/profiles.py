@@ -70,6 +70,14 @@ _COMMON = (
          "Extern kernels (e.g. CPU addmm) never reach define_kernel; this is where Inductor records their provenance."),
 )
 
+#: Not a stage: why a compile stopped. Dynamo calls its handler with the exception that ended a frame's
+#: compile (a graph break it cannot resume from, a backend that raised), whether it then raises it or not.
+_COMPILE_ERROR = Hook(
+    schema.COMPILE_ERROR, "torch._dynamo.convert_frame:exception_handler", ENTRY, graphs.probe_compile_error, ("e",),
+    "Dynamo's handler of the exception that ended a frame's compile (an unsupported construct, a backend's "
+    "failure): its type and text say why the compile stopped.",
+)
+
 _AOT = "torch._functorch._aot_autograd.graph_compile"
 
 #: The graphs every torch.compile backend and torch.export have, on every stock profile: with
@@ -91,6 +99,7 @@ _PATHS = (
          "torch.export's entry for strict and non-strict export alike: the user's module, whose forward is the source."),
     Hook(schema.EXPORT_GRAPH, "torch.export._trace:_export", RETURN, graphs.probe_export_graph, ("mod",),
          "The ExportedProgram's graph: the FX graph a user deploys, with its nodes' stack_trace."),
+    _COMPILE_ERROR,
 )
 
 _ARTIFACT = Hook(
@@ -140,6 +149,7 @@ SPYRE = Profile(
     description="the torch-spyre compile path: Spyre FX and pre-scheduling passes, OpSpec, SuperDSC bundles",
     hooks=(
         _COMMON[0],  # the source stage is Dynamo's, the same on every backend
+        _COMPILE_ERROR,
         Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
              "torch-spyre's pre-grad pass pipeline, entered with the Dynamo graph before its passes run. The "
              "`__call__` is inherited from a base shared with CustomPrePasses and CustomPostPasses: only calls "

@@ -60,9 +60,9 @@ def default_stage(spec: TargetSpec) -> str:
 
 def check_stage(stage: str) -> str | None:
     """None when `stage` can name a user stage, else what is wrong with it."""
-    if stage in schema.STAGES:
+    if stage in schema.STAGES or stage in schema.SIDE_STAGES:
         return (f"'{stage}' is a built-in stage; a user probe needs a stage of its own "
-                f"(built-in: {', '.join(schema.STAGES)})")
+                f"(built-in: {', '.join(schema.STAGES + schema.SIDE_STAGES)})")
     if not _STAGE_RE.match(stage):
         return (f"'{stage}' is not a stage name: use letters, digits, '_', '.' or '-', "
                 "starting with a letter or '_', at most 64 characters")

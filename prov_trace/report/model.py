@@ -12,7 +12,7 @@ import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
@@ -177,6 +177,10 @@ class StoppedIn(TypedDict):
     #: did not return: they may hold only what the compile made before it stopped (no record says whether it
     #: had made them all: Inductor's codegen and its C++ compile both run inside compile_to_module).
     maybe_cut_short: list[str]
+    #: The exception that ended the compile, as Dynamo's handler received it: `type` (module and qualname),
+    #: `text` (where the probe could read it without running the program's code), `inner` (a backend's own
+    #: exception, for BackendCompilerFailed). Absent where no handler call was recorded for the compile.
+    error: NotRequired[dict[str, Any]]
 
 
 class OutsideCompile(TypedDict):
@@ -321,7 +325,8 @@ def _cell(n: int, total: int) -> dict[str, Any]:
 
 def _group(trace: Trace) -> "OrderedDict[tuple, dict[str, list]]":
     """Probe records grouped per graph: (compile id, graph kind) -> stage -> records."""
-    probes = [r for r in trace.records if r.get("kind") == S.PROBE and r.get("phase") != "unwind"]
+    probes = [r for r in trace.records if r.get("kind") == S.PROBE and r.get("phase") != "unwind"
+              and r.get("stage") not in S.SIDE_STAGES]
     kinds_by_cid: dict[Any, list[str]] = OrderedDict()
     for r in probes:
         kinds_by_cid.setdefault(r.get("compile_id"), [])
@@ -1124,7 +1129,7 @@ def build(trace: Trace) -> ReportModel:
     stage_order = [st for st in S.STAGES if st not in S.PATH_STAGES or st in recorded]
     for r in trace.records:
         st = r.get("stage")
-        if st and st not in stage_order and st not in S.STAGES:
+        if st and st not in stage_order and st not in S.STAGES and st not in S.SIDE_STAGES:
             stage_order.append(st)
     graphs = []
     frames_without_graph = []
@@ -1189,14 +1194,18 @@ def build(trace: Trace) -> ReportModel:
     _mark_wrappers(graphs)
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
     _mark_model_files(graphs)
+    raised = _compile_errors(trace)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
+        if stopped and g["compile_id"] in raised:
+            stopped["error"] = raised[g["compile_id"]]
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
     _mark_backward_by_compiled_autograd(graphs)
     # A frame with no graph has one record group of its compile id: where that compile stopped, if it did.
     for f, stopped in zip(frames_without_graph, _stopped_in(
             trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):
-        f["stopped_in"] = stopped and {"stage": stopped["stage"], "target": stopped["target"]}  # it made no kernel
+        f["stopped_in"] = stopped and {"stage": stopped["stage"], "target": stopped["target"],  # it made no kernel
+                                       **({"error": raised[f["compile_id"]]} if f["compile_id"] in raised else {})}
     not_returned = _not_returned(trace)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
@@ -1307,6 +1316,29 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
         # module that holds them was emitted (a compile that stopped after Inductor, in Dynamo).
         if stopped and i not in emitted and isinstance(calls[i], int) and any(c > calls[i] for c in kernel_calls.get(i, ())):
             stopped["maybe_cut_short"].append(S.KERNEL_SPEC)
+    return out
+
+
+def _compile_errors(trace: Trace) -> dict[Any, dict[str, Any]]:
+    """Per compile id, the exception that ended its compile, as Dynamo's handler received it (the last one,
+    should a compile id have several): `type`, and `text` and `inner` where the probe could read them."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in trace.records:
+        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and r.get("compile_id") is not None:
+            err = (r.get("payload") or {}).get("error")
+            if isinstance(err, dict) and isinstance(err.get("type"), str):
+                out[r["compile_id"]] = _error_view(err)
+    return out
+
+
+def _error_view(err: dict[str, Any]) -> dict[str, Any]:
+    """A recorded exception, its values checked: a type, and a text and an inner exception where recorded."""
+    out: dict[str, Any] = {"type": err["type"]}
+    if isinstance(err.get("text"), str):
+        out["text"] = err["text"]
+    inner = err.get("inner")
+    if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+        out["inner"] = {"type": inner["type"], **({"text": inner["text"]} if isinstance(inner.get("text"), str) else {})}
     return out
 
 

@@ -81,3 +81,20 @@ def first_line(detail: Any, limit: int = 200) -> str:
     if text.endswith(":") and len(lines) > 1:
         text = f"{text} {lines[1]}"
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def error_summary(err: dict[str, Any] | None) -> str | None:
+    """A compile's exception in one line: its class and its text's first line, and for a backend's failure
+    (`inner`) the backend's own exception, e.g. "BackendCompilerFailed, from CppCompileError: C++ compile error"."""
+    if not isinstance(err, dict) or not isinstance(err.get("type"), str):
+        return None
+
+    def one(e: dict[str, Any]) -> str:
+        name = e["type"].rpartition(".")[2]
+        first = first_line(e["text"]) if isinstance(e.get("text"), str) else ""
+        return f"{name}: {first}" if first else name
+
+    inner = err.get("inner")
+    if isinstance(inner, dict) and isinstance(inner.get("type"), str):
+        return f"{err['type'].rpartition('.')[2]}, from {one(inner)}"
+    return one(err)

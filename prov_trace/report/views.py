@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import MAX_TEXT, basename, clean, cut, first_line, short_path, target_function
+from prov_trace.report.text import MAX_TEXT, basename, clean, cut, error_summary, first_line, short_path, target_function
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -284,12 +284,18 @@ def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
             + ", ".join(f"{k or '(empty)'} ×{n}" for k, n in sorted(kinds.items())) + ". Upgrade prov-trace to read them.")
 
 
+def _raised_clause(stopped: dict[str, Any]) -> str:
+    said = error_summary(stopped.get("error"))
+    return f": it raised {said}" if said else ""
+
+
 def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
     if model.get("frames_without_graph"):
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))]
                  + ([join(["(its compile stopped inside ", Code(target_function(f["stopped_in"].get("target"))),
-                           ", whose call did not return)"], "")] if f.get("stopped_in") else []), " ")
+                           ", whose call did not return" + _raised_clause(f["stopped_in"]) + ")"], "")]
+                    if f.get("stopped_in") else []), " ")
             for f in model["frames_without_graph"]), "."]))
 
 
@@ -491,7 +497,7 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
         if stopped:
             parts += [f"{names} did not fire for this graph, so nothing is measured there: its compile stopped inside ",
                       Code(target_function(stopped.get("target"))), f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
-                      + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
+                      + _raised_clause(stopped) + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
         elif hl.get("lazy_backward") and hl.get("compiled_autograd"):
             ca = hl["compiled_autograd"]
             parts.append(f"{names} did not fire for this graph: Inductor did not compile it on its own, because "
@@ -509,7 +515,7 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
         stopped = hl["stopped_in"]
         parts += ["Its compile did not finish: it stopped inside ", Code(target_function(stopped.get("target"))),
                   f" ({titles.get(stopped['stage'], stopped['stage'])}'s hook), whose call did not return"
-                  + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
+                  + _raised_clause(stopped) + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
     maybe_cut_short = (hl.get("stopped_in") or {}).get("maybe_cut_short") or []
     if maybe_cut_short:
         names = " and ".join(titles.get(st, st) for st in maybe_cut_short)

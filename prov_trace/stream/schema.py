@@ -44,6 +44,12 @@ FX_STAGES = (DYNAMO_GRAPH, EXPORT_GRAPH, PRE_GRAD, AOT_GRAPH, POST_GRAD)
 #: The stages only Inductor's compile reaches: with another backend they are off the compile's path.
 INDUCTOR_STAGES = (PRE_GRAD, POST_GRAD, IR_PRE, IR_POST, KERNEL_SPEC, ARTIFACT)
 
+#: Not a pipeline stage: the exception a compile raised, read where Dynamo handles it. The report attaches
+#: it to where that compile stopped; it is no column, and no user probe's.
+COMPILE_ERROR = "compile_error"
+#: Stages of records that are neither a pipeline stage nor a user probe's.
+SIDE_STAGES = (COMPILE_ERROR,)
+
 STAGE_TITLES = {
     SOURCE: "Source",
     EXPORT_GRAPH: "Export graph",
@@ -55,6 +61,7 @@ STAGE_TITLES = {
     IR_POST: "LoopLevelIR (post-pass)",
     KERNEL_SPEC: "Kernel spec",
     ARTIFACT: "Artifact",
+    COMPILE_ERROR: "Compile error",
 }
 
 # Provenance fields, by the layer they live on.
