@@ -194,13 +194,17 @@ _snap = _dict({"type": st.one_of(_text, _any_name), "populated": st.booleans(),
 _user_payload = st.one_of(_json, st.fixed_dictionaries(
     {"args": st.dictionaries(st.one_of(_text, st.integers(0, 3)), st.one_of(_snap, _json), max_size=3)},
     optional={"return": st.one_of(_snap, _json)}))
+_error = _dict({"type": st.one_of(_text, st.just("torch._dynamo.exc.Unsupported")), "text": _text})
+_compile_error = st.one_of(_dict({"error": st.one_of(_dict({"type": _text, "text": _text, "inner": _error}), _json)}),
+                           _json)
 _PAYLOADS = {schema.SOURCE: _source, schema.PRE_GRAD: _fx, schema.POST_GRAD: _fx, schema.IR_PRE: _ir,
-             schema.IR_POST: _ir, schema.KERNEL_SPEC: _kernel, schema.ARTIFACT: _artifact}
+             schema.IR_POST: _ir, schema.KERNEL_SPEC: _kernel, schema.ARTIFACT: _artifact,
+             schema.COMPILE_ERROR: _compile_error}
 
 
 @st.composite
 def _probe(draw):
-    stage = draw(st.one_of(st.sampled_from(list(schema.STAGES)), _user_stage))
+    stage = draw(st.one_of(st.sampled_from(list(schema.STAGES + schema.SIDE_STAGES)), _user_stage))
     payload = draw(_PAYLOADS.get(stage, _user_payload))
     return schema.PROBE, draw(_dict({
         "target": _text, "phase": st.sampled_from(["entry", "return", "unwind", "finish"]), "call": _int,

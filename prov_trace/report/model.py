@@ -513,7 +513,8 @@ def _mark_model_files(graphs: list[dict[str, Any]]) -> None:
         first_seen: dict[Any, int] = {}
         ca = is_compiled_autograd(g.get("compile_id"))
         for r in g["survival"]:
-            r["user"] = not is_library_path(r["file"]) or (r["file"] in attached and not _TORCH_PACKAGE.search(r["file"]))
+            f = r["file"]  # a damaged trace's row may name no file
+            r["user"] = not is_library_path(f) or (f in attached and isinstance(f, str) and not _TORCH_PACKAGE.search(f))
             if ca and str(r["file"]).startswith(_GENERATED_FX):
                 r["user"] = False  # compiled autograd's own generated code
             first_seen.setdefault(r["file"], len(first_seen))
@@ -1324,8 +1325,9 @@ def _compile_errors(trace: Trace) -> dict[Any, dict[str, Any]]:
     should a compile id have several): `type`, and `text` and `inner` where the probe could read them."""
     out: dict[Any, dict[str, Any]] = {}
     for r in trace.records:
-        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and r.get("compile_id") is not None:
-            err = (r.get("payload") or {}).get("error")
+        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and isinstance(r.get("compile_id"), str):
+            payload = r.get("payload")
+            err = payload.get("error") if isinstance(payload, dict) else None
             if isinstance(err, dict) and isinstance(err.get("type"), str):
                 out[r["compile_id"]] = _error_view(err)
     return out
