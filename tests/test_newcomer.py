@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -455,6 +456,44 @@ def test_a_compile_that_fails_while_making_its_kernels_does_not_call_the_next_li
     assert result.results[0]["failures"][0]["why"] == (
         "the stage may be cut short: the graph's compile stopped inside GraphLowering.compile_to_module after it "
         "recorded 2, perhaps before it made them all")
+
+
+#: A C++ compiler that answers --version (Inductor checks it) and fails every compile: a broken toolchain.
+BROKEN_CXX = """\
+#!/bin/sh
+for a in "$@"; do [ "$a" = "--version" ] && exec g++ "$@"; done
+echo "broken-cxx: this toolchain cannot compile" >&2
+exit 1
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ to answer --version")
+def test_a_compile_whose_emitted_cpp_fails_to_build_keeps_its_kernel_spec_whole(tmp_path):
+    """The same program with a working codegen and a C++ compiler that fails: Inductor made every kernel, then
+    raised when it built them, inside the same compile_to_module call. The kernel spec was marked as perhaps
+    cut short, and a rule on it failed, though it held every kernel; the exception says which it was."""
+    cxx = tmp_path / "broken-cxx"
+    cxx.write_text(BROKEN_CXX)
+    cxx.chmod(0o755)
+    (tmp_path / "cpp.py").write_text(CODEGEN_FAILS.replace(
+        "CppScheduling.codegen_node = codegen_node\n",
+        f"import torch._inductor.config as cfg\ncfg.cpp.cxx = (None, {str(cxx)!r})\n"))
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "cpp.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 1 and "CppCompileError" in proc.stderr, proc.stdout + proc.stderr
+    import prov_trace
+
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    stopped = dict(g["headline"]["stopped_in"])
+    assert stopped.pop("error")["inner"]["type"] == "torch._inductor.exc.CppCompileError", g["headline"]
+    assert stopped == {"stage": "artifact", "target": "torch._inductor.graph:GraphLowering.compile_to_module",
+                       "maybe_cut_short": []}
+    assert [o["kind"] for o in g["stages"]["kernel_spec"]["objects"]] == ["generated", "extern", "generated"]
+    assert all(r["lost_at"] in (None, "artifact") for r in g["survival"]), g["survival"]
+    assert report.check("kernel_spec:origins=all").ok
+    text = (tmp_path / "r.md").read_text()
+    assert "it raised InductorError, from CppCompileError: C++ compile error" in text
+    assert "may hold only what the compile made before it stopped" not in text
 
 
 AFTER_INDUCTOR = """\

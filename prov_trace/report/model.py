@@ -175,7 +175,8 @@ class StoppedIn(TypedDict):
     target: str | None
     #: Per-kernel stages (the kernel spec) some of whose records for the graph came from inside the call that
     #: did not return: they may hold only what the compile made before it stopped (no record says whether it
-    #: had made them all: Inductor's codegen and its C++ compile both run inside compile_to_module).
+    #: had made them all: Inductor's codegen and its C++ compile both run inside compile_to_module). Empty
+    #: where the compile's `error` says codegen had finished (`AFTER_CODEGEN`).
     maybe_cut_short: list[str]
     #: The exception that ended the compile, as Dynamo's handler received it: `type` (module and qualname),
     #: `text` (where the probe could read it without running the program's code), `inner` (a backend's own
@@ -1199,6 +1200,8 @@ def build(trace: Trace) -> ReportModel:
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         if stopped and g["compile_id"] in raised:
             stopped["error"] = raised[g["compile_id"]]
+            if _after_codegen(stopped["error"]):
+                stopped["maybe_cut_short"] = []  # every kernel was made: the emitted code failed to compile
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
     _mark_backward_by_compiled_autograd(graphs)
@@ -1331,6 +1334,18 @@ def _compile_errors(trace: Trace) -> dict[Any, dict[str, Any]]:
             if isinstance(err, dict) and isinstance(err.get("type"), str):
                 out[r["compile_id"]] = _error_view(err)
     return out
+
+
+#: Exceptions raised when the code Inductor emitted is compiled, which it does once codegen is done (the C++
+#: kernels are built when the emitted module loads: torch/_inductor/codecache.py, read in torch 2.13).
+AFTER_CODEGEN = ("torch._inductor.exc.CppCompileError",)
+
+
+def _after_codegen(err: dict[str, Any]) -> bool:
+    """Whether a compile's exception (or, for a backend's failure, the backend's own) says its codegen had
+    finished: the kernel spec then holds every kernel, whatever call the compile stopped in."""
+    inner = err.get("inner") or {}
+    return err.get("type") in AFTER_CODEGEN or inner.get("type") in AFTER_CODEGEN
 
 
 def _error_view(err: dict[str, Any]) -> dict[str, Any]:
