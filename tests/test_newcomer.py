@@ -293,6 +293,9 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     assert error["text"].startswith("Failed to trace builtin operator\n") and "`print`" in error["text"], error
     assert ("(its compile stopped inside `_compile`, whose call did not return: it raised Unsupported: Failed to "
             "trace builtin operator)" in (tmp_path / "r.md").read_text())
+    checked = prov_trace.load(tmp_path / "t.msgpack").check("kernel_spec:origins=all")
+    assert checked.failures[0]["why"] == ("the trace holds no graph: nothing was compiled (the compile stopped inside "
+                                          "_compile: it raised Unsupported: Failed to trace builtin operator)"), checked.text
 
 
 BACKEND_RAISES = """\
@@ -595,7 +598,8 @@ def test_a_compile_that_fails_while_the_run_goes_on_says_where_that_graph_stoppe
     result = report.check("kernel_spec:origins=all")
     assert not result.ok and [(f["graph"], f["why"]) for f in result.results[0]["failures"]] == [
         ("0/0 inference", "the stage did not fire: nothing was measured (the graph's compile stopped inside "
-                          "GraphLowering.compile_to_module)")]
+                          "GraphLowering.compile_to_module: it raised InductorError, from InvalidCxxCompiler: No "
+                          "working C++ compiler found in torch._inductor.config.cpp.cxx: (None, '/nonexistent/c++'))")]
 
 
 RESET_BETWEEN = """\

@@ -26,7 +26,7 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import target_function
+from prov_trace.report.text import error_summary, target_function
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
@@ -147,7 +147,9 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                     why = "the stage did not fire: nothing was measured"
                     hl = g.get("headline") or {}
                     if hl.get("stopped_in") and st in hl.get("unobserved", []):
-                        why += f" (the graph's compile stopped inside {target_function(hl['stopped_in'].get('target'))})"
+                        said = error_summary(hl["stopped_in"].get("error"))
+                        why += (f" (the graph's compile stopped inside {target_function(hl['stopped_in'].get('target'))}"
+                                + (f": it raised {said})" if said else ")"))
                     elif hl.get("compiled_autograd") and st in hl.get("unobserved", []):
                         why += (" (compiled autograd traced the backward call into its own graph, "
                                 f"{', '.join(hl['compiled_autograd'])}, so Inductor did not compile this one)")
@@ -182,7 +184,11 @@ def _stopped(model: dict[str, Any]) -> str:
     """Where a run that compiled no graph stopped: the pipeline's calls that did not return, if any."""
     names = [target_function(n.get("target")) for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
     if names:
-        return f" (the compile stopped inside {', '.join(dict.fromkeys(names))})"
+        said = [error_summary((f.get("stopped_in") or {}).get("error")) for f in model.get("frames_without_graph") or []]
+        said = list(dict.fromkeys(x for x in said if x))
+        return (f" (the compile stopped inside {', '.join(dict.fromkeys(names))}"
+                + (f": it raised {'; '.join(said[:3])}" + (f"; and {len(said) - 3} more" if len(said) > 3 else "")
+                   if said else "") + ")")
     before = (model.get("header") or {}).get("compiled_before")
     if isinstance(before, int) and before > 0:  # a notebook cell run again: the model runs from Dynamo's cache
         return (f" (Dynamo had compiled {before} graph{'s' if before != 1 else ''} before tracing started, and code "
