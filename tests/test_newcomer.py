@@ -337,6 +337,10 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
     # live and in the report.
     assert "eager: torch.Size([2, 3, 4])" in proc.stdout
     assert "prov-trace: [1/0] the compile raised Unsupported: Attempted to wrap RNN, GRU, or LSTM\n" in proc.stderr
+    # And in the summary at the end, which --quiet keeps: one line per compile that raised.
+    assert proc.stdout.endswith("\n  [0/0] the compile raised BackendCompilerFailed, from RuntimeError: my "
+                                "backend cannot do this\n  [1/0] the compile raised Unsupported: Attempted to wrap "
+                                "RNN, GRU, or LSTM\n"), proc.stdout
     (skipped,) = [f["stopped_in"] for f in prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
                   if f["qualname"] == "h"]
     assert skipped["error"]["type"] == "torch._dynamo.exc.Unsupported", skipped

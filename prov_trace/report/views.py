@@ -1060,11 +1060,30 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             out.append(f"      {row['off_path']}")
         for u in row["unresolved"] if state != "off path" else []:
             out.append(f"      unresolved: {u}")
+    out += _raised_lines(model)
     tr = model["trace"]
     if not tr["complete"]:
         out.append(f"  trace is partial: {tr['problem']}")
     # For a terminal: trace text (a stage name, a hook's reason) must not carry escape sequences.
     return [clean(line) for line in out]
+
+
+#: How many compiles that raised the run's summary names, one line each.
+MAX_RAISED_LINES = 5
+
+
+def _raised_lines(model: dict[str, Any]) -> list[str]:
+    """One summary line per compile that raised, graph or frame without one, with what it raised: the live
+    progress said it as it happened, but --quiet silences that, and a frame Dynamo skips says nothing else."""
+    said = [(g["label"], error_summary(((g.get("headline") or {}).get("stopped_in") or {}).get("error")))
+            for g in model.get("graphs") or []]
+    said += [(str(f.get("compile_id")), error_summary((f.get("stopped_in") or {}).get("error")))
+             for f in model.get("frames_without_graph") or []]
+    said = [(label, text) for label, text in said if text]
+    out = [f"  [{label}] the compile raised {text}" for label, text in said[:MAX_RAISED_LINES]]
+    if len(said) > MAX_RAISED_LINES:
+        out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised (the report lists them)")
+    return out
 
 
 # --- a diff ------------------------------------------------------------------------------------
