@@ -1075,11 +1075,12 @@ MAX_RAISED_LINES = 5
 def _raised_lines(model: dict[str, Any]) -> list[str]:
     """One summary line per compile that raised, graph or frame without one, with what it raised: the live
     progress said it as it happened, but --quiet silences that, and a frame Dynamo skips says nothing else."""
-    said = [(g["label"], error_summary(((g.get("headline") or {}).get("stopped_in") or {}).get("error")))
+    said = [(str(g.get("compile_id")), error_summary(((g.get("headline") or {}).get("stopped_in") or {}).get("error")))
             for g in model.get("graphs") or []]
     said += [(str(f.get("compile_id")), error_summary((f.get("stopped_in") or {}).get("error")))
              for f in model.get("frames_without_graph") or []]
-    said = [(label, text) for label, text in said if text]
+    # A compile's forward and backward graphs stopped in the same compile: said once, by its compile id.
+    said = list(dict.fromkeys((label, text) for label, text in said if text))
     out = [f"  [{label}] the compile raised {text}" for label, text in said[:MAX_RAISED_LINES]]
     if len(said) > MAX_RAISED_LINES:
         out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised (the report lists them)")
