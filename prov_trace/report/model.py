@@ -961,7 +961,8 @@ def _no_aot_stack_traces(stages: dict[str, dict[str, Any]]) -> bool:
 
 
 #: Why a compiled autograd graph's AOT graph carries no stack trace (torch/_inductor/compile_fx.py,
-#: torch/_functorch/aot_autograd.py and _aot_autograd/graph_capture_wrappers.py, read in torch 2.13).
+#: torch/_functorch/aot_autograd.py and _aot_autograd/graph_capture_wrappers.py, read in torch 2.13; traced
+#: the same on 2.10 and 2.14.1).
 CA_UNWRAPPED = ("Inductor hands compiled autograd's graph to AOT autograd inside a wrapper module (its inputs come "
                 "as one list), not as a GraphModule; AOT autograd runs pre-grad passes and copies node meta only "
                 "for a GraphModule")
