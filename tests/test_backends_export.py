@@ -188,9 +188,10 @@ def nested(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def frozen_and_compiled_autograd(tmp_path_factory):
-    """Two compiles that change what reaches Inductor: freezing (a line that reads only parameters is folded
-    into a constant, under an autocast region), then a training step under compiled autograd."""
+def altered_graphs(tmp_path_factory):
+    """Compiles that change the graph on its way: freezing (a line that reads only parameters is folded into a
+    constant, under an autocast region), a training step under compiled autograd, then flex_attention, whose
+    score_mod AOT autograd traces again."""
     def body(torch, m):
         class Folded(torch.nn.Module):
             def __init__(self):
@@ -213,7 +214,18 @@ def frozen_and_compiled_autograd(tmp_path_factory):
         with torch._dynamo.config.patch(compiled_autograd=True):
             torch.compile(train)(torch.randn(2, 128))
 
-    return _trace(tmp_path_factory, "frozen_and_compiled_autograd", body)
+        from torch.nn.attention.flex_attention import flex_attention
+
+        def rel_bias(score, b, h, q_idx, kv_idx):
+            return score + (q_idx - kv_idx) * 0.1
+
+        def attend(q, k, v):
+            return flex_attention(q, k, v, score_mod=rel_bias)
+
+        with torch.no_grad():
+            torch.compile(attend)(*(torch.randn(1, 2, 16, 8) for _ in range(3)))
+
+    return _trace(tmp_path_factory, "altered_graphs", body)
 
 
 def _cells(g):
@@ -519,12 +531,12 @@ def _loss_of(g, row):
     return loss
 
 
-def test_a_line_freezing_folds_into_a_constant_says_so_and_a_with_line_is_not_a_loss(frozen_and_compiled_autograd):
+def test_a_line_freezing_folds_into_a_constant_says_so_and_a_with_line_is_not_a_loss(altered_graphs):
     """`w = self.fc.weight * 0.5` reads only a parameter: freezing's constant folding computes it at compile time
     and its frozen constant is a get_attr with no stack trace. The report ranked it as 'removed: no object here
     comes from the line's carriers'. The autocast line made no node (Dynamo applied it while tracing) and was
     ranked as lost before the Dynamo graph."""
-    _, model = frozen_and_compiled_autograd
+    _, model = altered_graphs
     g = next(g for g in model["graphs"] if g["label"] == "0/0 inference")
     post = g["stages"][S.POST_GRAD]
     assert any(o["kind"] == "get_attr" and o["target"].startswith("_frozen_param") for o in post["boundary"])
@@ -542,16 +554,16 @@ def test_a_line_freezing_folds_into_a_constant_says_so_and_a_with_line_is_not_a_
     assert g["headline"]["lines"] == 3 and g["headline"]["worst"] == {"from": S.AOT_GRAPH, "to": S.POST_GRAD, "lines": 1}
 
 
-def test_compiled_autograds_graph_says_what_it_is_and_why_its_aot_graph_holds_no_line(frozen_and_compiled_autograd):
+def test_compiled_autograds_graph_says_what_it_is_and_why_its_aot_graph_holds_no_line(altered_graphs):
     """Under compiled autograd the backward call is traced into a graph of its own (`!0/2/0`): its Dynamo nodes
     carry the forward lines, and lines of the FX code compiled autograd generated (<eval_with_key>), which were
     counted as the model's. Inductor hands it to AOT autograd in a GmWrapper, so pre-grad does not fire and
     no AOT node carries a stack trace; the report ranked that as 'removed'. The forward's backward graph, which
     Inductor never compiled on its own, read 'the run made no backward call'."""
-    path, model = frozen_and_compiled_autograd
+    path, model = altered_graphs
     labels = [g["label"] for g in model["graphs"]]
     ca = next(g for g in model["graphs"] if g["compile_id"].startswith("!"))
-    assert labels == ["0/0 inference", "1/0 forward", "1/0 backward", ca["label"]], labels
+    assert labels[:3] == ["0/0 inference", "1/0 forward", "1/0 backward"] and ca["label"] in labels[3:], labels
     assert not ca["stages"][S.PRE_GRAD]["observed"] and ca["stages"][S.AOT_GRAPH]["objects"]
     assert not any(o["fields"]["stack_trace"]["populated"] for o in ca["stages"][S.AOT_GRAPH]["objects"])
     generated = [r for r in ca["survival"] if r["file"].startswith("<eval_with_key>")]
@@ -573,3 +585,24 @@ def test_compiled_autograds_graph_says_what_it_is_and_why_its_aot_graph_holds_no
     res = report.check("post_grad:stack_trace>=1")
     why = next(f["why"] for f in res.failures if f["graph"] == "1/0 backward")
     assert "compiled autograd traced the backward call into its own graph" in why, res.text
+
+
+def test_a_subgraph_aot_traces_again_names_the_line_its_nodes_carry_instead(altered_graphs):
+    """flex_attention's score_mod is a nested graph whose nodes carry the score function's line through
+    pre-grad; AOT autograd traces it again, and its nodes there carry the flex_attention call's line. The
+    report ranked the score function's line as 'removed: no object here comes from the line's carriers'."""
+    _, model = altered_graphs
+    g = next(g for g in model["graphs"] if any(r["text"] == "return flex_attention(q, k, v, score_mod=rel_bias)"
+                                                for r in g["survival"]))
+    score = _row_of(g, "return score + (q_idx - kv_idx) * 0.1")
+    call = _row_of(g, "return flex_attention(q, k, v, score_mod=rel_bias)")
+    assert (score["last_stage"], score["lost_at"], score["lost_by"]) == (S.PRE_GRAD, S.AOT_GRAPH, []), score
+    pre = [o for o in g["stages"][S.PRE_GRAD]["objects"] if o["name"] in score["carriers"][S.PRE_GRAD]]
+    assert pre and all(o["graph_id"] is not None for o in pre)  # the score_mod's own graph
+    again = [o for o in g["stages"][S.AOT_GRAPH]["objects"]
+             if o["name"] in score["carriers"][S.PRE_GRAD] and o["graph_id"] is not None]
+    assert again and all([sr["line"] for sr in o["sources"]] == [call["line"]] for o in again), again
+    loss = _loss_of(g, score)
+    assert loss["kind"] == (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
+                            f"test_backends_export.py:{call['line']} (the call's line), not this one"), loss
+    assert loss["objects"] == [o["name"] for o in again]

@@ -17,7 +17,7 @@ from typing import Any, NotRequired, TypedDict
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
-from prov_trace.report.text import target_function
+from prov_trace.report.text import basename, target_function
 from prov_trace.stream import schema
 from prov_trace.stream.reader import Trace
 
@@ -895,6 +895,25 @@ def _folded_by_freezing(g: dict[str, Any], row: dict[str, Any]) -> bool:
     return bool(carriers)
 
 
+def _retraced_nested(g: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """A line carried only by a nested graph's nodes (a higher-order op's subgraph: flex_attention's
+    score_mod) and lost at the AOT graph, where AOT autograd traced that subgraph again: the AOT graph's
+    nested nodes of the same names carry other lines (the op's call) instead. Their names and those lines,
+    else None."""
+    last = row["last_stage"]
+    if row["lost_at"] != S.AOT_GRAPH or last not in S.FX_STAGES:
+        return None
+    names = set(row["carriers"].get(last) or [])
+    mine = [o for o in (g["stages"].get(last) or {}).get("objects", []) if o["name"] in names]
+    if not mine or any(o.get("graph_id") is None for o in mine):
+        return None
+    again = [o for o in (g["stages"].get(S.AOT_GRAPH) or {}).get("objects", [])
+             if o["name"] in names and o.get("graph_id") is not None and o["sources"]]
+    lines = list(dict.fromkeys(f"{basename(sr.get('file'))}:{sr.get('line')}" for o in again for sr in o["sources"]
+                               if (sr.get("file"), sr.get("line")) != (row["file"], row["line"])))
+    return ([o["name"] for o in again], lines) if again and lines else None
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -912,6 +931,7 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
         unwrapped = (st == S.AOT_GRAPH and is_compiled_autograd(g.get("compile_id"))
                      and _no_aot_stack_traces(g["stages"]))
+        retraced = _retraced_nested(g, r) if r["lost_by"] == [] and not unwrapped else None
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
@@ -919,6 +939,9 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
             if st in (stopped.get("maybe_cut_short") or []):
                 kind = (f"maybe cut short: the compile stopped inside {target_function(stopped.get('target'))} "
                         "after this stage's last record, perhaps before it made anything of the line")
+            elif retraced:
+                kind = (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
+                        f"{', '.join(retraced[1])} (the call's line), not this one")
             elif unwrapped:
                 kind = ("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper module (its "
                         "inputs come as one list), and AOT autograd copies node meta only from a GraphModule")
@@ -937,6 +960,9 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
                 grp["lines"].append((r["file"], r["line"]))
             if name is not None and name not in grp["objects"]:
                 grp["objects"].append(name)
+            for n in (retraced[0] if retraced and name is None else []):
+                if n not in grp["objects"]:
+                    grp["objects"].append(n)
     ranked = sorted(groups.values(), key=lambda grp: -len(grp["lines"]))
     return [{**grp, "lines": [{"file": f, "line": ln} for f, ln in grp["lines"]]} for grp in ranked]
 
