@@ -918,19 +918,23 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
     groups: dict[tuple, dict[str, Any]] = {}
+    names_at: dict[str, dict[str, Any]] = {}  # each stage's objects by name, built once per graph
+    # Compiled autograd's graph whose AOT graph carries no stack trace: the same for every line it lost there.
+    ca_unwrapped = is_compiled_autograd(g.get("compile_id")) and _no_aot_stack_traces(g["stages"])
     for r in _counted_rows(g):
         if not r["lost_at"]:
             continue
         st = r["lost_at"]
         # At the artifact, the losers are the kernel spec's kernels the emitted file gives no comment.
         look = S.KERNEL_SPEC if st == S.ARTIFACT else st
-        by_name = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
+        if look not in names_at:
+            names_at[look] = {o["name"]: o for o in (g["stages"].get(look) or {}).get("objects", [])}
+        by_name = names_at[look]
         losers = r["lost_by"] or [None]
         fallback = _fallback_kinds(g, r) if r["lost_by"] == [] and st == S.KERNEL_SPEC else None
         noop = _noop_targets(g, r) if r["lost_by"] == [] and st == S.POST_GRAD else None
         folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
-        unwrapped = (st == S.AOT_GRAPH and is_compiled_autograd(g.get("compile_id"))
-                     and _no_aot_stack_traces(g["stages"]))
+        unwrapped = st == S.AOT_GRAPH and ca_unwrapped
         retraced = _retraced_nested(g, r) if r["lost_by"] == [] and not unwrapped else None
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
