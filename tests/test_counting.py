@@ -118,7 +118,23 @@ def test_survival_rows_say_what_they_are(mlp_run, graph_break_run):
         "graph_break.py:22 is a graph break: Dynamo runs that line in Python, so no stage carries it, "
         "and graph 1/0 inference resumes after it."]
     assert any(n.endswith("and this graph resumes after it.") for n in second["notes"]), second["notes"]
+    # Why Dynamo broke there, as Dynamo said it when it ended graph 0/0 (its GraphCompileReason): the graph
+    # that ended at the break carries it; the graph that resumes after it names it in its note.
+    brk = first["graph_break"]
+    assert brk["summary"].startswith("Failed to trace builtin operator: Dynamo does not know how to trace builtin "
+                                     "operator `print`"), brk
+    assert (os.path.basename(brk["stack"][-1]["file"]), brk["stack"][-1]["line"], brk["stack"][-1]["func"]) == (
+        "graph_break.py", 22, "forward"), brk["stack"]
+    assert second["graph_break"] is None  # it ended at the frame's return
+    assert [n for n in second["notes"] if "graph break" in n] == [
+        f"graph_break.py:22 is a graph break (Dynamo: {brk['summary']}): Dynamo runs that line in Python, so no stage "
+        "carries it, and this graph resumes after it."]
     md = report.to_markdown()
+    assert ("Dynamo ended this graph at a graph break, at `graph_break.py:22 (in forward)`: Failed to trace builtin "
+            "operator: Dynamo does not know how to trace builtin operator \\`print\\`") in md
+    # The run's summary names it: --quiet silences the live progress, not this.
+    assert ("  [0/0] graph break at graph_break.py:22 (in forward): Failed to trace builtin operator: Dynamo does "
+            "not know how to trace builtin operator `print`") in graph_break_run.proc.stdout
     assert "| in graph 1/0 inference | — |" in md
     assert "| no op on this line | — |" in md
     assert "| graph break: runs in Python | — |" in md and "never attached" not in md

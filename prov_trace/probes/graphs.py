@@ -49,9 +49,34 @@ def input_shapes(gm: Any) -> list[str]:
     return out
 
 
+#: How many frames of a graph break's user stack a record keeps (innermost last, as Dynamo lists them).
+MAX_BREAK_FRAMES = 16
+
+
+def graph_break(output_graph: Any) -> dict | None:
+    """Why Dynamo ended this graph, when a graph break did (not the frame's return): Dynamo's reason
+    (`OutputGraph.compile_subgraph_reason`, a `GraphCompileReason` it also hangs on the GraphModule) and the
+    user frames it broke in, innermost last. Its text is Dynamo's own, written before the backend runs."""
+    reason = getattr(output_graph, "compile_subgraph_reason", None)
+    if reason is None or getattr(reason, "graph_break", None) is not True:
+        return None
+    text = getattr(reason, "reason", None)
+    frames = []
+    for f in list(getattr(reason, "user_stack", None) or [])[-MAX_BREAK_FRAMES:]:
+        file, line, func = getattr(f, "filename", None), getattr(f, "lineno", None), getattr(f, "name", None)
+        frames.append({"file": cut_str(file, 2000) if isinstance(file, str) else None,
+                       "line": line if isinstance(line, int) else None,
+                       "func": cut_str(func, 200) if isinstance(func, str) else None})
+    return {"reason": cut_str(text, MAX_ERROR_TEXT) if isinstance(text, str) else None, "stack": frames}
+
+
 def probe_dynamo_graph(call: ProbeCall) -> dict:
     gm = call.arg("gm")
-    return {**fx.snapshot_graph(gm, nested=True), "backend": backend_name(call.arg("self")), "inputs": input_shapes(gm)}
+    out = {**fx.snapshot_graph(gm, nested=True), "backend": backend_name(call.arg("self")), "inputs": input_shapes(gm)}
+    brk = graph_break(call.arg("self"))
+    if brk is not None:
+        out["graph_break"] = brk
+    return out
 
 
 def probe_aot_forward(call: ProbeCall) -> dict:

@@ -17,7 +17,7 @@ from typing import Any, NotRequired, TypedDict
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
-from prov_trace.report.text import basename, target_function
+from prov_trace.report.text import basename, first_line, target_function
 from prov_trace.stream import schema
 from prov_trace.stream.reader import Trace
 
@@ -99,6 +99,18 @@ class Mappings(TypedDict):
     pre_to_post: dict[str, list[str]]
 
 
+class BreakFrame(TypedDict):
+    file: str | None
+    line: int | None
+    func: str | None
+
+
+class GraphBreak(TypedDict):
+    reason: str | None
+    summary: str | None
+    stack: list[BreakFrame]
+
+
 class Graph(TypedDict):
     compile_id: str | None
     kind: str | None
@@ -118,6 +130,9 @@ class Graph(TypedDict):
     #: The backend Dynamo handed this graph to ("inductor", "aot_eager", a user's function's name), or
     #: "torch.export" for an exported program; None when the trace does not say.
     backend: str | None
+    #: Why Dynamo ended this graph, when a graph break did: its reason, the reason's summary, the user frames
+    #: it broke in (innermost last). None when the graph ended at the frame's return.
+    graph_break: GraphBreak | None
     #: Stages this graph's compile does not pass through (Inductor's with another backend, Dynamo's on the
     #: export path): stage -> why. Their cells are ➖, not ⚠.
     off_path: dict[str, str]
@@ -621,11 +636,43 @@ GRAPH_BREAK = "graph break: runs in Python"
 _RESUME = re.compile(r"torch_dynamo_resume_in_.*_at_(\d+)$")
 
 
+#: Dynamo's graph break reasons (torch 2.7+) give a summary line, then ``  Explanation: ...``, hints and
+#: debug context; older ones, and some still (``generic_jump TensorVariable()``), are one line.
+_EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)
+
+
+def graph_break_summary(brk: Any) -> str | None:
+    """Dynamo's reason for a graph break in one line: its first line and its explanation, where it gives one
+    (``Failed to trace builtin operator: Dynamo does not know how to trace builtin operator `print` ...``)."""
+    reason = brk.get("reason") if isinstance(brk, dict) else None
+    if not isinstance(reason, str) or not reason.strip():
+        return None
+    head = first_line(reason, 300)
+    m = _EXPLANATION.search(reason)
+    text = f"{head.rstrip('.:')}: {m.group(1).strip()}" if m and m.group(1).strip() not in head else head
+    return text if len(text) <= 400 else text[:400] + "…"
+
+
+def _graph_break(by_stage: dict[str, list]) -> dict[str, Any] | None:
+    """Why Dynamo ended this compile's graph, when a graph break did, as the Dynamo graph's probe read it:
+    its reason (whole, and its first line) and the user frames it broke in, innermost last."""
+    for r in by_stage.get(S.DYNAMO_GRAPH, []):
+        p = r.get("payload")
+        brk = p.get("graph_break") if isinstance(p, dict) else None
+        if isinstance(brk, dict):
+            stack = [f for f in brk.get("stack") or [] if isinstance(f, dict)]
+            return {"reason": brk.get("reason"), "summary": graph_break_summary(brk), "stack": stack}
+    return None
+
+
 def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[dict[str, Any]] = ()) -> None:
     """A line no graph carries, where Dynamo broke the graph (``print(x)``, a call it cannot trace): it runs in
-    Python between two graphs, so it holds no op of either. Say so, and what resumes after it (a graph, or a
-    frame that compiled none, like ``loss.backward()``'s); it is not a line whose provenance a stage lost."""
+    Python between two graphs, so it holds no op of either. Say so, with Dynamo's reason, and what resumes
+    after it (a graph, or a frame that compiled none, like ``loss.backward()``'s); it is not a line whose
+    provenance a stage lost. A break is found by the function Dynamo resumes in, or by the frames of the
+    reason Dynamo gave for ending a graph."""
     resumed: dict[tuple, list[tuple[str, str]]] = {}
+    why: dict[tuple, str] = {}
 
     def add(func: Any, path: Any, what: tuple[str, str]) -> None:
         m = _RESUME.search(str(func or ""))
@@ -639,24 +686,31 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
         for o in (g["stages"].get(S.SOURCE) or {}).get("objects", []):
             src = (o.get("sources") or [{}])[0]
             add(src.get("func"), src.get("file"), ("graph", g["label"]))
+        brk = g.get("graph_break") or {}
+        for f in brk.get("stack") or []:
+            if isinstance(f.get("file"), str) and isinstance(f.get("line"), int) and brk.get("summary"):
+                why.setdefault((f["file"], f["line"]), brk["summary"])
     for f in frames_without_graph:
         add(f.get("qualname"), f.get("file"), ("frame", str(f.get("compile_id"))))
-    if not resumed:
+    if not resumed and not why:
         return
     for g in graphs:
         own = ("graph", first[g["compile_id"]]["label"])
         noted = []
         for row in g["survival"]:
             key = (row["file"], row["line"])
-            if row["last_stage"] is not None or row["note"] or key not in resumed:
+            if row["last_stage"] is not None or row["note"] or (key not in resumed and key not in why):
                 continue
             row["note"] = GRAPH_BREAK
             row["lost_at"], row["lost_by"] = None, []
-            noted.append((key, [] if own in resumed[key] else resumed[key]))
+            noted.append((key, None if key not in resumed else [] if own in resumed[key] else resumed[key]))
         for (path, line), after in noted:
-            where = f"{os.path.basename(path)}:{line}"
-            g["notes"].append(f"{where} is a graph break: Dynamo runs that line in Python, so no stage carries it, "
-                              f"and {_resumers(after)} after it.")
+            where = f"{basename(path)}:{line}"
+            own_stack = {(f.get("file"), f.get("line")) for f in (g.get("graph_break") or {}).get("stack") or []}
+            # The graph's own break gives its reason above the notes (views.py); another graph's says it here.
+            reason = f" (Dynamo: {why[(path, line)]})" if (path, line) in why and (path, line) not in own_stack else ""
+            g["notes"].append(f"{where} is a graph break{reason}: Dynamo runs that line in Python, so no stage "
+                              f"carries it" + (f", and {_resumers(after)} after it." if after is not None else "."))
 
 
 def _resumers(after: list[tuple[str, str]]) -> str:
@@ -1204,6 +1258,7 @@ def build(trace: Trace) -> ReportModel:
             stages[st]["note"] = note
         backend = _backend(cid, by_stage)
         off_path = _off_path(stages, stage_order, backend, hooks)
+        brk = _graph_break(by_stage)
         graphs.append({
             "compile_id": cid,
             "kind": kind,
@@ -1212,6 +1267,8 @@ def build(trace: Trace) -> ReportModel:
             "shared": {},
             "matrix": _matrix(stages, stage_order, profile, off_path),
             "backend": backend,
+            # Why Dynamo ended this graph, when a graph break did (else None).
+            "graph_break": brk,
             "off_path": off_path,
             "survival": (survival := _survival(stages, stage_order)),
             "mappings": _mappings(stages),

@@ -392,6 +392,10 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
         sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
     elif g.get("backend"):
         sec.blocks.append(Para(["Dynamo handed this graph to the ", Code(g["backend"]), " backend."]))
+    where = break_site(g.get("graph_break"))
+    if where:
+        sec.blocks.append(Para(["Dynamo ended this graph at a graph break, at ", Code(where), ": ",
+                                g["graph_break"]["summary"], "."]))
     for note in g.get("notes", []):
         sec.blocks.append(Banner("Note.", note))
     if g.get("shared"):
@@ -1061,6 +1065,7 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
         for u in row["unresolved"] if state != "off path" else []:
             out.append(f"      unresolved: {u}")
     out += _raised_lines(model)
+    out += _break_lines(model)
     tr = model["trace"]
     if not tr["complete"]:
         out.append(f"  trace is partial: {tr['problem']}")
@@ -1084,6 +1089,33 @@ def _raised_lines(model: dict[str, Any]) -> list[str]:
     out = [f"  [{label}] the compile raised {text}" for label, text in said[:MAX_RAISED_LINES]]
     if len(said) > MAX_RAISED_LINES:
         out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised (the report lists them)")
+    return out
+
+
+def break_site(brk: dict[str, Any] | None) -> str | None:
+    """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. None
+    when the graph did not end at a graph break, or its reason names no line."""
+    if not brk or not brk.get("summary"):
+        return None
+    frame = next((f for f in reversed(brk.get("stack") or []) if f.get("file") and f.get("line") is not None), None)
+    if frame is None:
+        return None
+    return f"{basename(frame['file'])}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
+
+
+#: How many graph breaks the run's summary names, one line each.
+MAX_BREAK_LINES = 5
+
+
+def _break_lines(model: dict[str, Any]) -> list[str]:
+    """One summary line per graph Dynamo ended at a graph break: where, and Dynamo's reason. A compile's
+    forward and backward graphs end at the same break: said once, by its compile id."""
+    said = list(dict.fromkeys((str(g.get("compile_id")), break_site(g.get("graph_break")),
+                               (g.get("graph_break") or {}).get("summary"))
+                              for g in model.get("graphs") or [] if break_site(g.get("graph_break"))))
+    out = [f"  [{cid}] graph break at {where}: {why}" for cid, where, why in said[:MAX_BREAK_LINES]]
+    if len(said) > MAX_BREAK_LINES:
+        out.append(f"  and {len(said) - MAX_BREAK_LINES} more graph breaks (the report lists them)")
     return out
 
 

@@ -236,7 +236,8 @@ _FX_PATH = {**_FX, "backend": "str", "inputs": ("list", "str")}
 PAYLOADS = {
     schema.SOURCE: _SOURCE, schema.PRE_GRAD: _FX, schema.POST_GRAD: _FX, schema.IR_PRE: _IR, schema.IR_POST: _IR,
     schema.KERNEL_SPEC: _KERNEL, schema.ARTIFACT: {**_ARTIFACT, "files": ("list", "str")},
-    schema.DYNAMO_GRAPH: _FX_PATH, schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
+    schema.DYNAMO_GRAPH: {**_FX_PATH, "graph_break": {"reason": "str", "stack": ("list", {"file": "str", "line": "int", "func": "str"})}},
+    schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
     schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}}},
 }
 _ENVELOPE = {"stage": "str", "target": "str", "phase": "str", "call": "int", "compile_id": "str", "graph": "str",
