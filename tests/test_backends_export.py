@@ -190,8 +190,8 @@ def nested(tmp_path_factory):
 @pytest.fixture(scope="session")
 def altered_graphs(tmp_path_factory):
     """Compiles that change the graph on its way: freezing (a line that reads only parameters is folded into a
-    constant, under an autocast region), a training step under compiled autograd, then flex_attention, whose
-    score_mod AOT autograd traces again."""
+    constant, under an autocast region), a training step under compiled autograd, flex_attention, whose
+    score_mod AOT autograd traces again, then torch.func's vmap and grad, whose calls AOT autograd runs."""
     def body(torch, m):
         class Folded(torch.nn.Module):
             def __init__(self):
@@ -224,6 +224,15 @@ def altered_graphs(tmp_path_factory):
 
         with torch.no_grad():
             torch.compile(attend)(*(torch.randn(1, 2, 16, 8) for _ in range(3)))
+
+        def score(x, w):
+            return (x @ w).sin().sum()
+
+        def transform(xs, w):
+            per = torch.vmap(score, in_dims=(0, None))(xs, w)
+            return per, torch.func.grad(score)(xs[0], w)
+
+        torch.compile(transform)(torch.randn(3, 4), torch.randn(4, 2))
 
     return _trace(tmp_path_factory, "altered_graphs", body)
 
@@ -606,3 +615,27 @@ def test_a_subgraph_aot_traces_again_names_the_line_its_nodes_carry_instead(alte
     assert loss["kind"] == (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
                             f"test_backends_export.py:{call['line']} (the call's line), not this one"), loss
     assert loss["objects"] == [o["name"] for o in again]
+
+
+def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):
+    """`torch.vmap(score, ...)(xs, w)`: Dynamo's nodes for the line are vmap's bookkeeping calls (entering its level,
+    adding and removing the batch dimension); AOT autograd runs them as it traces, and the batched ops carry
+    score's line. The report ranked the vmap line as 'removed: no object here comes from the line's carriers'."""
+    _, model = altered_graphs
+    g = next(g for g in model["graphs"] if any(r["text"].startswith("per = torch.vmap(") for r in g["survival"]))
+    per = _row_of(g, "per = torch.vmap(score, in_dims=(0, None))(xs, w)")
+    body = _row_of(g, "return (x @ w).sin().sum()")
+    assert (per["last_stage"], per["lost_at"], per["lost_by"]) == (S.PRE_GRAD, S.AOT_GRAPH, []), per
+    targets = {o["target"] for o in g["stages"][S.PRE_GRAD]["objects"] if o["name"] in per["carriers"][S.PRE_GRAD]}
+    assert {"torch._functorch.predispatch._vmap_increment_nesting", "torch._functorch.predispatch._add_batch_dim",
+            "torch._functorch.predispatch._remove_batch_dim"} <= targets, targets
+    assert body["counts"][S.AOT_GRAPH] > body["counts"][S.PRE_GRAD] >= 1 and body["counts"][S.KERNEL_SPEC] >= 1, body
+    loss = _loss_of(g, per)
+    assert loss["kind"].startswith("torch.func transform: the line's nodes are its bookkeeping calls ("), loss
+    assert "_add_batch_dim" in loss["kind"] and "which AOT autograd runs as it traces" in loss["kind"], loss
+    assert loss["kind"].endswith(f"the ops they feed carry test_backends_export.py:{body['line']}"), loss
+    # grad's line holds ops of its own (the backward ops autograd.grad traces): it reaches the kernels.
+    grad = _row_of(g, "return per, torch.func.grad(score)(xs[0], w)")
+    assert grad["counts"][S.KERNEL_SPEC] >= 1 and not any(
+        loss["lines"] == [{"file": grad["file"], "line": grad["line"]}] for loss in g["losses"]
+        if loss["kind"].startswith("torch.func")), g["losses"]

@@ -907,6 +907,39 @@ def _noop_targets(g: dict[str, Any], row: dict[str, Any]) -> list[str] | None:
     return sorted(targets)
 
 
+#: Where torch.func's transforms (vmap, grad, jacrev, ...) keep their bookkeeping calls: entering and leaving a
+#: transform's level, wrapping an input for it (`_vmap_increment_nesting`, `_add_batch_dim`, `_wrap_for_grad`,
+#: `_remove_batch_dim`), and the saved-tensor hooks grad turns off around them. Dynamo puts them in its graph
+#: with the transform call's line; AOT autograd runs them as it traces (torch/_functorch/predispatch.py, read
+#: in torch 2.13), so they make no ATen op of their own: the ops the transform batches or differentiates carry
+#: the transformed function's lines.
+_FUNCTORCH_PREFIXES = ("torch._functorch.predispatch.", "torch._C._functorch.", "torch._functorch.eager_transforms.",
+                       "torch._functorch.vmap.", "torch._C._autograd._saved_tensors_hooks_")
+
+
+def _functorch_bookkeeping(g: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """For a line the AOT graph lost whose every node before it is a torch.func transform's bookkeeping call:
+    those calls' names, and the lines that the ops consuming them carry (the transformed function's). Else None."""
+    if row["last_stage"] not in (S.PRE_GRAD, S.DYNAMO_GRAPH):
+        return None
+    objs = (g["stages"].get(row["last_stage"]) or {}).get("objects", [])
+    names = set(row["carriers"].get(row["last_stage"]) or [])
+    mine = [o for o in objs if o["name"] in names]
+    if not mine or not all(str(o.get("target") or "").startswith(_FUNCTORCH_PREFIXES) for o in mine):
+        return None
+    calls = list(dict.fromkeys(str(o["target"]).rpartition(".")[2] for o in mine))
+    lines = []
+    for o in objs:
+        if o["name"] in names or str(o.get("target") or "").startswith(_FUNCTORCH_PREFIXES):
+            continue
+        if names & {str(i) for i in o.get("inputs") or []}:
+            for src in o.get("sources") or []:
+                where = f"{basename(src.get('file'))}:{src.get('line')}"
+                if src.get("line") is not None and where not in lines:
+                    lines.append(where)
+    return calls, lines
+
+
 #: The target prefix of the attributes Inductor's freezing (`torch._inductor.config.freezing`) makes of the
 #: parameters and of what constant folding computes from them (torch/_inductor/freezing.py).
 _FROZEN_PREFIX = "_frozen_param"
@@ -990,6 +1023,8 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
         unwrapped = st == S.AOT_GRAPH and ca_unwrapped
         retraced = _retraced_nested(g, r) if r["lost_by"] == [] and not unwrapped else None
+        functorch = (_functorch_bookkeeping(g, r) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
+                     and not retraced else None)
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
@@ -1000,6 +1035,11 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
             elif retraced:
                 kind = (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
                         f"{', '.join(retraced[1])} (the call's line), not this one")
+            elif functorch:
+                calls, fed = functorch
+                kind = (f"torch.func transform: the line's nodes are its bookkeeping calls ({', '.join(calls[:4])}"
+                        + (", ..." if len(calls) > 4 else "") + "), which AOT autograd runs as it traces, so none "
+                        "becomes an ATen op" + (f"; the ops they feed carry {', '.join(fed[:4])}" if fed else ""))
             elif unwrapped:
                 kind = ("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper module (its "
                         "inputs come as one list), and AOT autograd copies node meta only from a GraphModule")
