@@ -177,7 +177,9 @@ def nested(tmp_path_factory):
                 self.fc = torch.nn.Linear(16, 16)
 
             def forward(self, x):
-                return Square.apply(self.fc(x)).sum()
+                h = self.fc(x)
+                y = Square.apply(h)
+                return y.sum()
 
         torch.compile(Checkpointed())(torch.randn(4, 16)).backward()
         with torch.no_grad():
@@ -494,6 +496,12 @@ def test_a_custom_autograd_functions_backward_is_the_backward_graphs_not_a_loss_
         assert row["lost_at"] is None and row["lost_by"] == []
         assert all(ln["line"] != row["line"] for loss in g["losses"] for ln in loss["lines"]), g["losses"]
         assert g["headline"]["reached"]["aot_graph"] == g["headline"]["lines"], g["headline"]
+        # The apply line's nodes are the autograd_function_apply HOP and its getitem, which AOT inlines: the
+        # Function's own lines carry its ops. It was ranked "removed" at the AOT graph.
+        apply = rows["y = Square.apply(h)"]
+        targets = {o["target"] for o in g["stages"]["pre_grad"]["objects"] if o["name"] in apply["carriers"]["pre_grad"]}
+        assert targets == {"autograd_function_apply", "operator.getitem"}, targets
+        assert apply["note"].startswith("a wrapper op's call: AOT inlines it") and apply["lost_at"] is None, apply
 
 
 # --- dynamic shapes and modes --------------------------------------------------------------------------

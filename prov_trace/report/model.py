@@ -754,8 +754,11 @@ def _mark_untraced_lines(graphs: list[dict[str, Any]]) -> None:
 #: ``torch/_higher_order_ops/wrap.py`` but ``inductor_compiled_code`` (a call into compiled code, not a
 #: graph); the report reads only the trace, so the names are listed, and a test compares them with the
 #: installed torch's (tests/test_backends_export.py).
+#: ``autograd_function_apply`` (torch/_functorch/autograd_function.py, the same name in torch 2.10-2.14.1) is
+#: a custom ``torch.autograd.Function``'s ``apply``: Dynamo traces its forward and backward into two nested
+#: graphs, and AOT inlines them into the forward and backward graphs, with the Function's own lines.
 WRAPPER_OPS = ("tag_activation_checkpoint", "wrap_activation_checkpoint", "wrap_with_autocast",
-               "wrap_with_set_grad_enabled", "wrap", "dynamo_bypassing_wrapper")
+               "wrap_with_set_grad_enabled", "wrap", "dynamo_bypassing_wrapper", "autograd_function_apply")
 #: The HOPs of ``wrap.py`` that are not such a wrapper.
 NOT_WRAPPER_OPS = ("inductor_compiled_code",)
 #: A survival row's note when all its line held was such a wrapper's call (``checkpoint(self.block, x)``).
