@@ -647,3 +647,44 @@ def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_t
     assert grad["counts"][S.KERNEL_SPEC] >= 1 and not any(
         loss["lines"] == [{"file": grad["file"], "line": grad["line"]}] for loss in g["losses"]
         if loss["kind"].startswith("torch.func")), g["losses"]
+
+
+def test_a_post_grad_pass_that_raises_on_the_top_graph_leaves_its_lines_maybe_cut_short(tmp_path_factory):
+    """A user's post-grad pass that raises on the top graph only: Inductor's post-grad passes run on each nested
+    graph (a torch.cond's branches) first, so FX post-grad, read at return, holds only the branches' nodes. The
+    top graph's other lines were ranked 'removed' at FX post-grad, the graph's worst loss."""
+    caught = []
+
+    def body(torch, m):
+        def my_pass(graph):
+            if any(n.target is torch.ops.higher_order.cond for n in graph.nodes):
+                raise RuntimeError("my post-grad pass does not handle cond yet")
+
+        def f(x):
+            h = x * 2
+            h = torch.cond(h.sum() > 0, lambda t: torch.relu(t) * 2, lambda t: torch.tanh(t) * 2, (h,))
+            return h + 1
+
+        with torch._inductor.config.patch(post_grad_custom_post_pass=my_pass):
+            try:
+                torch.compile(f, fullgraph=True)(torch.randn(4))
+            except Exception as exc:  # noqa: BLE001 - the compile is meant to fail
+                caught.append(exc)
+
+    path, model = _trace(tmp_path_factory, "post_grad_raises", body)
+    assert caught and "my post-grad pass does not handle cond yet" in str(caught[0])
+    (g,) = model["graphs"]
+    post = g["stages"][S.POST_GRAD]
+    assert post["observed"] and post["objects"] and all(o["graph_id"] is not None for o in post["objects"]), post
+    stopped = g["headline"]["stopped_in"]
+    assert (stopped["stage"], stopped["maybe_cut_short"]) == (S.POST_GRAD, [S.POST_GRAD]), stopped
+    assert stopped["error"]["inner"] == {"type": "builtins.RuntimeError", "text": "my post-grad pass does not handle cond yet"}
+    for text in ("h = x * 2", "return h + 1"):
+        row = _row_of(g, text)
+        assert (row["last_stage"], row["lost_at"]) == (S.AOT_GRAPH, S.POST_GRAD), row
+        assert _loss_of(g, row)["kind"].startswith("maybe cut short: the compile stopped inside post_grad_passes")
+    assert g["headline"]["worst"] is None, g["headline"]
+    import prov_trace
+    md = prov_trace.load(path).to_markdown()
+    assert ("FX post-grad holds only its calls that returned (a graph nested in this one), not the one that did not: "
+            "a line lost there is ranked as maybe cut short, not as a drop.") in md

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
+from prov_trace.contract import RETURN
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
@@ -1427,10 +1428,16 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     rank = {st: i for i, st in enumerate(stage_order)}
     kernel_calls: dict[int, list[int]] = {}  # per graph, the calls its kernel spec records came from
     emitted: set[int] = set()  # the graphs whose artifact was recorded: their kernels were all made
+    recorded: dict[int, set[str]] = {}  # per graph, the stages with a record for it
+    # A hook read at return records nothing for a call that did not return: its stage holds only its other calls.
+    at_return = {h.get("target") for h in trace.hooks() if h.get("event") == RETURN}
     for r in trace.records:
         if r.get("kind") != S.PROBE or r.get("stage") not in S.STAGES or r.get("compile_id") is None:
             continue  # a record written before unwinds carried their compile, or outside any compile
         if r.get("phase") != "unwind":
+            for key in _graphs_of(r, kinds):
+                if key in index:
+                    recorded.setdefault(index[key], set()).add(r["stage"])
             if r["stage"] in (S.KERNEL_SPEC, S.ARTIFACT):
                 for key in _graphs_of(r, kinds):
                     if key not in index:
@@ -1451,6 +1458,12 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
         # module that holds them was emitted (a compile that stopped after Inductor, in Dynamo).
         if stopped and i not in emitted and isinstance(calls[i], int) and any(c > calls[i] for c in kernel_calls.get(i, ())):
             stopped["maybe_cut_short"].append(S.KERNEL_SPEC)
+        # The stage whose call did not return, read at return, yet with records for this graph: those are of its
+        # other calls (Inductor's post-grad passes run on each nested graph, a scan's body, before the top
+        # graph), so it measured only part of the graph.
+        if (stopped and stopped["target"] in at_return and stopped["stage"] in recorded.get(i, ())
+                and stopped["stage"] not in stopped["maybe_cut_short"]):
+            stopped["maybe_cut_short"].append(stopped["stage"])
     return out
 
 

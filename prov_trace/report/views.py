@@ -522,9 +522,17 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
                   + _raised_clause(stopped) + (", and the run ended with an exception (Ended, above). " if raised else ". ")]
     maybe_cut_short = (hl.get("stopped_in") or {}).get("maybe_cut_short") or []
     if maybe_cut_short:
-        names = " and ".join(titles.get(st, st) for st in maybe_cut_short)
-        parts.append(f"{names} was recorded inside that call, so it may hold only what the compile made before "
-                     "it stopped: a line lost there is ranked as maybe cut short, not as a drop. ")
+        stopped_at = (hl.get("stopped_in") or {}).get("stage")
+        inside = [st for st in maybe_cut_short if st != stopped_at]
+        if inside:
+            parts.append(f"{' and '.join(titles.get(st, st) for st in inside)} was recorded inside that call, so it "
+                         "may hold only what the compile made before it stopped: a line lost there is ranked as maybe "
+                         "cut short, not as a drop. ")
+        if stopped_at in maybe_cut_short:
+            # Its hook is read at return: the records it holds are of its other calls (a nested graph's).
+            parts.append(f"{titles.get(stopped_at, stopped_at)} holds only its calls that returned (a graph nested "
+                         "in this one), not the one that did not: a line lost there is ranked as maybe cut short, "
+                         "not as a drop. ")
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
         parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
