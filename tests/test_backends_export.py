@@ -688,3 +688,31 @@ def test_a_post_grad_pass_that_raises_on_the_top_graph_leaves_its_lines_maybe_cu
     md = prov_trace.load(path).to_markdown()
     assert ("FX post-grad holds only its calls that returned (a graph nested in this one), not the one that did not: "
             "a line lost there is ranked as maybe cut short, not as a drop.") in md
+
+
+def test_a_tensor_subclass_ops_carry_the_lines_that_called_them_not_its_torch_function(tmp_path_factory):
+    """Every op on a `__torch_function__` subclass passes through that method, so the innermost frame outside
+    torch of every node's stack trace was its line: the lines that called the ops read 'no op traced to this
+    line', and the subclass's `return super().__torch_function__(...)` held all of them."""
+    def body(torch, m):
+        class Logged(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+        def f(x):
+            y = x * 3
+            return y.exp()
+
+        with torch.no_grad():
+            assert type(torch.compile(f)(torch.randn(4).as_subclass(Logged))) is Logged
+
+    _, model = _trace(tmp_path_factory, "subclass", body)
+    (g,) = model["graphs"]
+    rows = {r["text"]: r for r in g["survival"]}
+    assert not any("__torch_function__" in t for t in rows), list(rows)
+    for text in ("y = x * 3", "return y.exp()"):
+        assert rows[text]["counts"][S.DYNAMO_GRAPH] == 1 and rows[text]["counts"][S.KERNEL_SPEC] == 1, rows[text]
+    # The stack trace still holds the subclass's frame: only the line a node is read as is the caller's.
+    node = next(o for o in g["stages"][S.DYNAMO_GRAPH]["objects"] if o["sources"][0]["line"] == rows["y = x * 3"]["line"])
+    assert node["fields"]["stack_trace"]["populated"]

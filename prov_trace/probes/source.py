@@ -44,12 +44,21 @@ def parse_stack_trace(text: str) -> list[dict[str, Any]]:
     return frames
 
 
+#: A tensor subclass's dispatch hooks: every op on such a tensor passes through one, so its line is the same for
+#: all of them; the line that called the op is the frame outside it.
+_DISPATCH_HOOKS = ("__torch_function__", "__torch_dispatch__")
+
+
 def user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The model's own line: the innermost frame outside torch; else the innermost frame."""
+    """The model's own line: the innermost frame outside torch, passing over a tensor subclass's
+    `__torch_function__` or `__torch_dispatch__` where a frame of the model's calls it; else the innermost frame."""
+    hook = None
     for fr in reversed(frames):
         if not is_library_file(fr["file"]):
-            return fr
-    return frames[-1] if frames else None
+            if fr["func"] not in _DISPATCH_HOOKS:
+                return fr
+            hook = hook or fr
+    return hook or (frames[-1] if frames else None)
 
 
 def source_of_stack_trace(text: Any) -> dict[str, Any] | None:
