@@ -343,3 +343,18 @@ def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_inpu
     assert not _folded_by_freezing(g(frozen), {**row("mul"), "last_stage": S.PRE_GRAD})
     wide = {**aot, "objects": [node("cat", inputs=["arg0_1"] * 256)]}
     assert not _folded_by_freezing({"stages": {S.AOT_GRAPH: wide, S.POST_GRAD: frozen}}, row("cat"))  # inputs cut
+
+
+def test_graph_break_summary_is_dynamos_first_line_and_its_explanation():
+    """Dynamo's reasons come in two shapes: a summary line with an indented explanation, hints and debug context
+    (the real one is read in test_survival_rows_say_what_they_are), and a single line that some still are."""
+    from prov_trace.report.model import graph_break_summary
+
+    assert graph_break_summary({"reason": "generic_jump TensorVariable()"}) == "generic_jump TensorVariable()"
+    assert graph_break_summary({"reason": "Skip calling `torch.compiler.disable()`d function\n  Explanation: Skip "
+                                          "calling function `helper` since it was wrapped\n  Hint: Remove it\n"}) == (
+        "Skip calling `torch.compiler.disable()`d function: Skip calling function `helper` since it was wrapped")
+    assert graph_break_summary({"reason": "\n\n  "}) is None and graph_break_summary({"reason": None}) is None
+    assert graph_break_summary(None) is None and graph_break_summary({}) is None
+    long = graph_break_summary({"reason": "x" * 250 + "\n  Explanation: " + "y" * 500})
+    assert len(long) == 401 and long.endswith("…")
