@@ -108,14 +108,16 @@ class Progress:
         label = graph_label(record)
         payload = record.get("payload")
         if stage == schema.COMPILE_ERROR:  # not a stage's objects: why this compile stopped, said once
-            from prov_trace.report.text import error_summary
+            from prov_trace.report.text import error_summary, limit_summary
 
-            said = error_summary((payload or {}).get("error") if isinstance(payload, dict) else None)
+            payload = payload if isinstance(payload, dict) else {}
+            limit = limit_summary(payload.get("limit"))
+            said = limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
             with self._lock:
                 if self.tty and self._line:
                     self._write("\r\x1b[K")
                     self._line = False
-                self._write(f"{voice.name()}: [{label}] the compile raised {said or 'an exception'}\n")
+                self._write(f"{voice.name()}: [{label}] {said}\n")
             return
         unit = payload_unit(payload)
         with self._lock:

@@ -716,3 +716,31 @@ def test_a_tensor_subclass_ops_carry_the_lines_that_called_them_not_its_torch_fu
     # The stack trace still holds the subclass's frame: only the line a node is read as is the caller's.
     node = next(o for o in g["stages"][S.DYNAMO_GRAPH]["objects"] if o["sources"][0]["line"] == rows["y = x * 3"]["line"])
     assert node["fields"]["stack_trace"]["populated"]
+
+
+def test_a_frame_past_its_recompile_limit_says_dynamo_stopped_compiling_it(tmp_path_factory):
+    """Dynamo checks a frame's compiles against `recompile_limit` before the `try` whose exception handler
+    the compile-error hook watches: a frame past it ran uncompiled, and the report said only that `_compile`
+    did not return."""
+    def body(torch, m):
+        def f(x):
+            return torch.tanh(x) * 2
+
+        cf = torch.compile(f, dynamic=False)
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1):
+            for n in (1, 2, 3):
+                cf(torch.randn(n))  # the second shape is past the limit, and the third too: run uncompiled
+
+    path, model = _trace(tmp_path_factory, "recompile_limit", body)
+    assert [g["label"] for g in model["graphs"]] == ["0/0 inference"]
+    (frame,) = model["frames_without_graph"]
+    said = "Dynamo hit torch._dynamo.config.recompile_limit (1), so it stopped compiling this frame"
+    assert frame["compile_id"] == "0/1" and frame["stopped_in"]["limit"] == {"name": "recompile_limit", "value": 1}
+    assert "error" not in frame["stopped_in"], frame
+    from prov_trace.report.views import summary_lines
+    assert f"  [0/1] {said}" in summary_lines(model)
+    import prov_trace
+    md = prov_trace.load(path).to_markdown()
+    assert "(its compile stopped inside `_compile`, whose call did not return: " + said.replace("_", "\\_") + ")" in md
+    hooks = {h["target"]: h for h in model["hooks"]}
+    assert hooks["torch._dynamo.cache_size:exceeds_recompile_limit"]["fired"] == 2  # checked at each recompile

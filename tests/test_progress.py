@@ -70,6 +70,7 @@ def test_a_compile_that_raised_is_said_on_a_line_of_its_own():
                                                       "text": "cannot generate this kernel\nmore"}}}, graph=None))
     p(_rec(schema.COMPILE_ERROR, {"error": {"type": "torch._dynamo.exc.Unsupported"}}, cid="1/0", graph=None))
     p(_rec(schema.COMPILE_ERROR, "not a map", cid="2/0", graph=None))
+    p(_rec(schema.COMPILE_ERROR, {"limit": {"name": "recompile_limit", "value": 8}}, cid="0/8", graph=None))
     p.close()
     text = out.getvalue()
     assert text.startswith("\r\x1b[Kprov-trace: [0/0 inference] LoopLevelIR (pre-pass): 3 ops so far, 0.0 s\r\x1b[K"), text
@@ -77,6 +78,7 @@ def test_a_compile_that_raised_is_said_on_a_line_of_its_own():
             "kernel\n") in text
     assert "prov-trace: [1/0] the compile raised Unsupported\n" in text
     assert "prov-trace: [2/0] the compile raised an exception\n" in text
+    assert "prov-trace: [0/8] Dynamo hit torch._dynamo.config.recompile_limit (8), so it stopped compiling this frame\n" in text
     assert not any(st == schema.COMPILE_ERROR for (_, st, _) in p.counts)
 
 

@@ -170,7 +170,7 @@ def test_mlp_compiles_then_says_once_that_the_kernels_were_not_run(spyre_mlp):
 
 def test_mlp_every_spyre_hook_resolves_and_fires(spyre_mlp):
     hooks = spyre_mlp.model["hooks"]
-    assert len(hooks) == 9
+    assert len(hooks) == 10
     for h in hooks:
         # Dynamo's exception handler runs only for a compile that raised.
         fired = h["fired"] >= 1 or h["target"] == "torch._dynamo.convert_frame:exception_handler"
@@ -365,7 +365,7 @@ def test_targets_resolve_every_spyre_target_in_the_tree(spyre_tree, spyre_env, t
                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out["targets"]) == 9 and out["drifted"] == []
+    assert len(out["targets"]) == 10 and out["drifted"] == []
     assert all(t["file"].startswith(str(spyre_tree)) for t in out["targets"] if "torch_spyre" in t["target"])
     assert proc.stderr.startswith(f"prov-trace: {STANDIN_LINE}; torch-spyre from {spyre_tree}")
 

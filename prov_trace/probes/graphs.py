@@ -13,9 +13,10 @@ Pure functions of what they are handed, bounded through `snapshot.py`, like the 
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
-from prov_trace.contract import ProbeCall
+from prov_trace.contract import NO_RECORD, ProbeCall
 from prov_trace.probes import fx, source
 from prov_trace.probes.snapshot import cut_str, safe_str
 from prov_trace.probes.artifact import scan_cpp_source
@@ -122,6 +123,26 @@ def describe_exception(exc: Any, depth: int = 0) -> dict:
 def probe_compile_error(call: ProbeCall) -> dict:
     """Dynamo's handler of an exception that ended a frame's compile: what was raised."""
     return {"error": describe_exception(call.arg("e"))}
+
+
+def probe_recompile_limit(call: ProbeCall) -> Any:
+    """Dynamo checked a frame's compiles against its recompile limits (`exceeds_recompile_limit` returns
+    ``(exceeded, limit_type)``, the name of a `torch._dynamo.config` setting): a record only when one was hit,
+    with the setting's name and value. Dynamo then stops compiling the frame and runs it as Python (or, with
+    `fullgraph=True` or `fail_on_recompile_limit_hit`, raises)."""
+    rv = call.retval
+    if not (isinstance(rv, tuple) and len(rv) == 2 and rv[0] is True):
+        return NO_RECORD
+    name = rv[1] if isinstance(rv[1], str) else None
+    value = None
+    config = sys.modules.get("torch._dynamo.config")
+    if name is not None and config is not None:
+        try:
+            got = getattr(config, name, None)
+        except Exception:  # noqa: BLE001 - a setting we cannot read is recorded by its name alone
+            got = None
+        value = got if type(got) is int else None
+    return {"limit": {"name": cut_str(name, 200) if name is not None else None, "value": value}}
 
 
 # --- torch.export ---------------------------------------------------------------------------------

@@ -78,6 +78,14 @@ _COMPILE_ERROR = Hook(
     "failure): its type and text say why the compile stopped.",
 )
 
+#: Not a stage either: a frame Dynamo stops compiling because it hit a recompile limit. Dynamo checks the limit
+#: inside `_compile` but before the `try` whose handler the hook above watches, so that hook never sees it.
+_RECOMPILE_LIMIT = Hook(
+    schema.COMPILE_ERROR, "torch._dynamo.cache_size:exceeds_recompile_limit", RETURN, graphs.probe_recompile_limit,
+    (), "Dynamo's check of a frame's compiles against `recompile_limit` (and `accumulated_recompile_limit`), "
+    "at each compile: recorded only when it says a limit was hit, after which Dynamo runs the frame uncompiled.",
+)
+
 _AOT = "torch._functorch._aot_autograd.graph_compile"
 
 #: The graphs every torch.compile backend and torch.export have, on every stock profile: with
@@ -100,6 +108,7 @@ _PATHS = (
     Hook(schema.EXPORT_GRAPH, "torch.export._trace:_export", RETURN, graphs.probe_export_graph, ("mod",),
          "The ExportedProgram's graph: the FX graph a user deploys, with its nodes' stack_trace."),
     _COMPILE_ERROR,
+    _RECOMPILE_LIMIT,
 )
 
 _ARTIFACT = Hook(
@@ -150,6 +159,7 @@ SPYRE = Profile(
     hooks=(
         _COMMON[0],  # the source stage is Dynamo's, the same on every backend
         _COMPILE_ERROR,
+        _RECOMPILE_LIMIT,
         Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
              "torch-spyre's pre-grad pass pipeline, entered with the Dynamo graph before its passes run. The "
              "`__call__` is inherited from a base shared with CustomPrePasses and CustomPostPasses: only calls "

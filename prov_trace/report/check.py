@@ -26,7 +26,7 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import error_summary, target_function
+from prov_trace.report.text import error_summary, limit_summary, target_function
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
@@ -184,11 +184,13 @@ def _stopped(model: dict[str, Any]) -> str:
     """Where a run that compiled no graph stopped: the pipeline's calls that did not return, if any."""
     names = [target_function(n.get("target")) for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
     if names:
-        said = [error_summary((f.get("stopped_in") or {}).get("error")) for f in model.get("frames_without_graph") or []]
+        frames = model.get("frames_without_graph") or []
+        said = [error_summary((f.get("stopped_in") or {}).get("error")) for f in frames]
         said = list(dict.fromkeys(x for x in said if x))
+        limits = list(dict.fromkeys(x for x in (limit_summary((f.get("stopped_in") or {}).get("limit")) for f in frames) if x))
         return (f" (the compile stopped inside {', '.join(dict.fromkeys(names))}"
                 + (f": it raised {'; '.join(said[:3])}" + (f"; and {len(said) - 3} more" if len(said) > 3 else "")
-                   if said else "") + ")")
+                   if said else "") + "".join(f"; {x}" if said or i else f": {x}" for i, x in enumerate(limits[:3])) + ")")
     before = (model.get("header") or {}).get("compiled_before")
     if isinstance(before, int) and before > 0:  # a notebook cell run again: the model runs from Dynamo's cache
         return (f" (Dynamo had compiled {before} graph{'s' if before != 1 else ''} before tracing started, and code "

@@ -1329,11 +1329,14 @@ def build(trace: Trace) -> ReportModel:
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
     _mark_model_files(graphs)
     raised = _compile_errors(trace)
+    limits = _recompile_limits(trace)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         if stopped and g["compile_id"] in raised:
             stopped["error"] = raised[g["compile_id"]]
             if _after_codegen(stopped["error"]):
                 stopped["maybe_cut_short"] = []  # every kernel was made: the emitted code failed to compile
+        if stopped and g["compile_id"] in limits:
+            stopped["limit"] = limits[g["compile_id"]]
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
     _mark_backward_by_compiled_autograd(graphs)
@@ -1341,7 +1344,8 @@ def build(trace: Trace) -> ReportModel:
     for f, stopped in zip(frames_without_graph, _stopped_in(
             trace, [{"compile_id": f["compile_id"], "kind": None} for f in frames_without_graph], stage_order)):
         f["stopped_in"] = stopped and {"stage": stopped["stage"], "target": stopped["target"],  # it made no kernel
-                                       **({"error": raised[f["compile_id"]]} if f["compile_id"] in raised else {})}
+                                       **({"error": raised[f["compile_id"]]} if f["compile_id"] in raised else {}),
+                                       **({"limit": limits[f["compile_id"]]} if f["compile_id"] in limits else {})}
     not_returned = _not_returned(trace)
     errors = [
         {"stage": r.get("stage"), "target": r.get("target"), "phase": r.get("phase"),
@@ -1464,6 +1468,20 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
         if (stopped and stopped["target"] in at_return and stopped["stage"] in recorded.get(i, ())
                 and stopped["stage"] not in stopped["maybe_cut_short"]):
             stopped["maybe_cut_short"].append(stopped["stage"])
+    return out
+
+
+def _recompile_limits(trace: Trace) -> dict[Any, dict[str, Any]]:
+    """Per compile id, the recompile limit Dynamo hit before it would compile the frame again: the
+    `torch._dynamo.config` setting's name, and its value where the probe read it."""
+    out: dict[Any, dict[str, Any]] = {}
+    for r in trace.records:
+        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and isinstance(r.get("compile_id"), str):
+            payload = r.get("payload")
+            limit = payload.get("limit") if isinstance(payload, dict) else None
+            if isinstance(limit, dict) and isinstance(limit.get("name"), str):
+                out[r["compile_id"]] = {"name": limit["name"],
+                                        "value": limit["value"] if isinstance(limit.get("value"), int) else None}
     return out
 
 

@@ -98,3 +98,12 @@ def error_summary(err: dict[str, Any] | None) -> str | None:
     if isinstance(inner, dict) and isinstance(inner.get("type"), str):
         return f"{err['type'].rpartition('.')[2]}, from {one(inner)}"
     return one(err)
+
+
+def limit_summary(limit: dict[str, Any] | None) -> str | None:
+    """A recompile limit Dynamo hit, as a clause: "Dynamo hit torch._dynamo.config.recompile_limit (8), so it
+    stopped compiling this frame"."""
+    if not isinstance(limit, dict) or not isinstance(limit.get("name"), str):
+        return None
+    value = f" ({limit['value']})" if isinstance(limit.get("value"), int) else ""
+    return f"Dynamo hit torch._dynamo.config.{limit['name']}{value}, so it stopped compiling this frame"

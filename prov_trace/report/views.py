@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import MAX_TEXT, basename, clean, cut, error_summary, first_line, short_path, target_function
+from prov_trace.report.text import (MAX_TEXT, basename, clean, cut, error_summary, first_line, limit_summary,
+                                    short_path, target_function)
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -286,7 +287,8 @@ def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
 
 def _raised_clause(stopped: dict[str, Any]) -> str:
     said = error_summary(stopped.get("error"))
-    return f": it raised {said}" if said else ""
+    limit = limit_summary(stopped.get("limit"))
+    return (f": it raised {said}" if said else "") + (f": {limit}" if limit and not said else f" ({limit})" if limit else "")
 
 
 def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
@@ -1086,15 +1088,22 @@ MAX_RAISED_LINES = 5
 
 
 def _raised_lines(model: dict[str, Any]) -> list[str]:
-    """One summary line per compile that raised, graph or frame without one, with what it raised: the live
-    progress said it as it happened, but --quiet silences that, and a frame Dynamo skips says nothing else."""
-    said = [(str(g.get("compile_id")), error_summary(((g.get("headline") or {}).get("stopped_in") or {}).get("error")))
-            for g in model.get("graphs") or []]
-    said += [(str(f.get("compile_id")), error_summary((f.get("stopped_in") or {}).get("error")))
-             for f in model.get("frames_without_graph") or []]
+    """One summary line per compile that raised, graph or frame without one, with what it raised, or that hit a
+    recompile limit: the live progress said it as it happened, but --quiet silences that, and a frame Dynamo
+    skips says nothing else."""
+    stops = [(str(g.get("compile_id")), (g.get("headline") or {}).get("stopped_in") or {})
+             for g in model.get("graphs") or []]
+    stops += [(str(f.get("compile_id")), f.get("stopped_in") or {}) for f in model.get("frames_without_graph") or []]
+    said = []
+    for label, stopped in stops:
+        raised, limit = error_summary(stopped.get("error")), limit_summary(stopped.get("limit"))
+        if raised:
+            said.append((label, f"the compile raised {raised}"))
+        if limit:
+            said.append((label, limit))
     # A compile's forward and backward graphs stopped in the same compile: said once, by its compile id.
-    said = list(dict.fromkeys((label, text) for label, text in said if text))
-    out = [f"  [{label}] the compile raised {text}" for label, text in said[:MAX_RAISED_LINES]]
+    said = list(dict.fromkeys(said))
+    out = [f"  [{label}] {text}" for label, text in said[:MAX_RAISED_LINES]]
     if len(said) > MAX_RAISED_LINES:
         out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised (the report lists them)")
     return out

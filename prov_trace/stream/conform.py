@@ -238,7 +238,8 @@ PAYLOADS = {
     schema.KERNEL_SPEC: _KERNEL, schema.ARTIFACT: {**_ARTIFACT, "files": ("list", "str")},
     schema.DYNAMO_GRAPH: {**_FX_PATH, "graph_break": {"reason": "str", "stack": ("list", {"file": "str", "line": "int", "func": "str"})}},
     schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
-    schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}}},
+    schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}},
+                           "limit": {"name": "str", "value": "int"}},
 }
 _ENVELOPE = {"stage": "str", "target": "str", "phase": "str", "call": "int", "compile_id": "str", "graph": "str",
              "thread": {"id": "int", "name": "str"}, "probe_ns": "int"}

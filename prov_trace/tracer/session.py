@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from prov_trace.contract import ENTRY, RESUME, RETURN, YIELD, Hook, ProbeCall, Profile, TargetError, TargetSpec
+from prov_trace.contract import ENTRY, NO_RECORD, RESUME, RETURN, YIELD, Hook, ProbeCall, Profile, TargetError, TargetSpec
 from prov_trace import torchver, voice
 from prov_trace.signals import outcome
 from prov_trace.stream import schema
@@ -522,6 +522,8 @@ class TraceSession:
         except Exception as exc:  # noqa: BLE001 - recorded, and the compile carries on
             state.errors += 1
             self.writer.write(schema.ERROR, {**base, "error": _error(exc)})
+            return compile_id, graph
+        if payload is NO_RECORD:
             return compile_id, graph
         base["probe_ns"] = time.perf_counter_ns() - t0
         replaced = self.writer.replaced
