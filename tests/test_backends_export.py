@@ -744,3 +744,32 @@ def test_a_frame_past_its_recompile_limit_says_dynamo_stopped_compiling_it(tmp_p
     assert "(its compile stopped inside `_compile`, whose call did not return: " + said.replace("_", "\\_") + ")" in md
     hooks = {h["target"]: h for h in model["hooks"]}
     assert hooks["torch._dynamo.cache_size:exceeds_recompile_limit"]["fired"] == 2  # checked at each recompile
+
+
+def test_a_graph_break_in_training_is_said_once_per_compile_in_dynamos_words(tmp_path_factory):
+    """`.item()` breaks the graph of a training step: the forward and backward graphs of compile 0/0 share
+    its Dynamo graph, so its break is said under the forward only (it was said under both), and Dynamo's
+    explanation, which ends with a period, is not given a second one."""
+    def body(torch, m):
+        class Scaled(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                h = self.fc(x)
+                scale = h.abs().max().item()
+                return (h / scale).sum()
+
+        torch.compile(Scaled(), backend="aot_eager")(torch.randn(4, 8)).backward()
+
+    path, model = _trace(tmp_path_factory, "item_break", body)
+    first = {g["label"]: g for g in model["graphs"]}
+    fw, bw = first["0/0 forward"], first["0/0 backward"]
+    assert fw["graph_break"] == bw["graph_break"] and fw["graph_break"]["summary"].endswith(
+        "Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False."), fw["graph_break"]
+    import prov_trace
+    md = prov_trace.load(path).to_markdown()
+    said = [ln for ln in md.splitlines() if ln.startswith("Dynamo ended this graph at a graph break")]
+    assert len(said) == 1 and said[0].endswith("capture\\_scalar\\_outputs=False."), said
+    assert "(in forward)" in said[0] and f"test_backends_export.py:{fw['graph_break']['stack'][-1]['line']}" in said[0]

@@ -395,9 +395,9 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     elif g.get("backend"):
         sec.blocks.append(Para(["Dynamo handed this graph to the ", Code(g["backend"]), " backend."]))
     where = break_site(g.get("graph_break"))
-    if where:
+    if where and not g.get("shared"):  # a backward graph's Dynamo graph is its forward's, which says it
         sec.blocks.append(Para(["Dynamo ended this graph at a graph break, at ", Code(where), ": ",
-                                g["graph_break"]["summary"], "."]))
+                                g["graph_break"]["summary"].rstrip("."), "."]))
     for note in g.get("notes", []):
         sec.blocks.append(Banner("Note.", note))
     if g.get("shared"):
