@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 
 import pytest
@@ -261,3 +262,20 @@ def test_help_states_exit_codes():
             assert re.search(rf"^\s+{c}", tail, re.M), (cmd, c, tail)
     assert "--format [auto|md|html|json]" in cli("report", "--help").stdout
     assert "--format [auto|md|html|json]" in cli("run", "--help").stdout
+
+
+def test_diff_names_the_graph_breaks_gone_and_new(graph_break_run, mlp_run):
+    """The graph break model against the reference MLP (no break): its print's break is gone in B, and new
+    the other way round, each with Dynamo's reason. The diff said only that a graph of A was missing."""
+    a, b = graph_break_run.model(), mlp_run.model()
+    d = dif.diff(a, b)
+    (gone,) = d["graph_breaks"]["removed"]
+    assert (os.path.basename(gone["file"]), gone["line"], gone["compile_id"]) == ("graph_break.py", 22, "0/0"), gone
+    assert gone["summary"] == a["graphs"][0]["graph_break"]["summary"] and d["graph_breaks"]["added"] == []
+    text = dif.render(d, "md")
+    assert "1 graph break(s) of A gone in B, 0 new in B" in text and "| ▲ gone | `graph_break.py:22` | 0/0 |" in text
+    back = dif.diff(b, a)
+    assert back["graph_breaks"] == {"removed": [], "added": [gone]}
+    assert "| ▼ new | `graph_break.py:22` | 0/0 |" in dif.render(back, "md")
+    # A trace against itself: no break is gone or new.
+    assert dif.diff(a, a)["graph_breaks"] == {"removed": [], "added": []}

@@ -2,7 +2,7 @@
 
 Pure: two models in (``model.build``), one plain-data diff out; ``render`` draws
 it through the view layer (``views.diff_document``) as Markdown, HTML or JSON. Graphs are matched by label (compile id and
-graph kind), objects by name within a stage, source lines by file and line.
+graph kind), objects by name within a stage, source lines by file and line, graph breaks by the line they broke at.
 
 A *regression* is a graph of A that B does not have (B compiled less, or
 nothing), or a field whose population dropped at a stage: a cell that had
@@ -172,6 +172,8 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             })
         # Both have source lines and none is in both: "no change" would be no comparison at all.
         entry["survival_unmatched"] = bool(x["survival"] and y["survival"]) and not entry.pop("survival_compared")
+    breaks_a = _breaks(a, lambda key: key)
+    breaks_b = _breaks(b, lambda key: lines.get(key) or (pairs.get(key[0], key[0]), key[1]))
     return {
         "a": {"path": a["trace"]["path"], "complete": a["trace"]["complete"], "argv": a["header"].get("argv"),
               "torch": a["header"].get("torch")},
@@ -187,7 +189,26 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "graphs": graphs,
         "regressions": regressions,
         "survival_earlier": sum(1 for g in graphs for s in g["survival"] if s["change"] == "earlier"),
+        # Graph breaks by their line (as A names it): gone in B (fixed), and new in B.
+        "graph_breaks": {"removed": [v for k, v in breaks_a.items() if k not in breaks_b],
+                         "added": [v for k, v in breaks_b.items() if k not in breaks_a]},
     }
+
+
+def _breaks(m: dict[str, Any], where: Callable[[Line], Line]) -> dict[Line, dict[str, Any]]:
+    """Where each compile's graph ended at a graph break, as A names the line (the innermost frame of Dynamo's
+    reason), with the compile and Dynamo's summary. A site is compared by its line alone: a reason's text may
+    name an object's address (`<function helper at 0x7f...>`), which differs from run to run."""
+    out: dict[Line, dict[str, Any]] = {}
+    for g in m["graphs"]:
+        brk = g.get("graph_break") or {}
+        frame = next((f for f in reversed(brk.get("stack") or [])
+                      if isinstance(f.get("file"), str) and isinstance(f.get("line"), int)), None)
+        if frame is not None and brk.get("summary"):
+            site = where((frame["file"], frame["line"]))
+            out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": g.get("compile_id"),
+                                  "summary": brk["summary"]})
+    return out
 
 
 def _rank(order: list[str], stage: str | None) -> int:

@@ -1164,6 +1164,16 @@ def diff_document(d: dict[str, Any]) -> Document:
     blocks.append(Para([f"{len(lost)} graph(s) of A missing from B, {drops} field population drop(s), "
                         f"{n_fields} population change(s), {d['survival_earlier']} source line(s) whose provenance "
                         "now ends at an earlier stage."]))
+    gone, new = (d.get("graph_breaks") or {}).get("removed") or [], (d.get("graph_breaks") or {}).get("added") or []
+    if gone or new:
+        blocks.append(Section("Graph breaks", 2, [
+            Para([f"{len(gone)} graph break(s) of A gone in B, {len(new)} new in B (matched by the line Dynamo broke "
+                  "at; Dynamo's reason as each trace gave it)."]),
+            Table(["Change", "Line", "Compile", "Dynamo's reason"],
+                  [Row([Tag("▲ gone", "all"), Code(f"{basename(x['file'])}:{x['line']}"), str(x["compile_id"]),
+                        x["summary"]]) for x in gone]
+                  + [Row([Tag("▼ new", "none"), Code(f"{basename(x['file'])}:{x['line']}"), str(x["compile_id"]),
+                          x["summary"]]) for x in new])]))
     if d.get("files_paired"):
         blocks.append(Para(["The traces name these source files at different paths (another checkout or machine); "
                             "each pair is compared as one file: "]
