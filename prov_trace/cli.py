@@ -372,7 +372,8 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
 
     Writes the trace (-o) and the Markdown report (--report), then prints a
     per-stage summary: which hooks resolved and fired, and how many objects
-    each stage produced.
+    each stage produced; then each compile that raised or hit Dynamo's
+    recompile limit, and each graph break with Dynamo's reason.
     """
     from prov_trace import api
 

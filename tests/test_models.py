@@ -97,6 +97,11 @@ def test_graph_break_and_recompile_each_graph_by_compile_id(recompile):
     second = {r["text"] for r in model["graphs"][1]["survival"]}
     assert "x = torch.relu(x)" in first and "x = x * 2.0" in second
     assert "batch 8: output (8, 64)" in recompile.proc.stdout
+    # The recompile breaks at the same line: one summary line names both compiles.
+    breaks = [ln for ln in recompile.proc.stdout.splitlines() if "graph break at" in ln]
+    assert breaks == ["  [0/0, 0/1] graph break at graph_break.py:22 (in forward): Failed to trace builtin operator: "
+                      "Dynamo does not know how to trace builtin operator `print` with argument types ['str'] "
+                      "(has_kwargs False)"], breaks
     # The break line: the frame before it names both resumed graphs; a resumed graph and its recompile, itself.
     breaks = {g["label"]: [n.split(", so no stage carries it, ")[1] for n in g["notes"] if "is a graph break" in n]
               for g in model["graphs"]}

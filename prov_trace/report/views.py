@@ -1125,12 +1125,17 @@ MAX_BREAK_LINES = 5
 
 
 def _break_lines(model: dict[str, Any]) -> list[str]:
-    """One summary line per graph Dynamo ended at a graph break: where, and Dynamo's reason. A compile's
-    forward and backward graphs end at the same break: said once, by its compile id."""
-    said = list(dict.fromkeys((str(g.get("compile_id")), break_site(g.get("graph_break")),
-                               (g.get("graph_break") or {}).get("summary"))
-                              for g in model.get("graphs") or [] if break_site(g.get("graph_break"))))
-    out = [f"  [{cid}] graph break at {where}: {why}" for cid, where, why in said[:MAX_BREAK_LINES]]
+    """One summary line per graph break: where, Dynamo's reason, and the compiles it ended (a compile's forward
+    and backward graphs share one; a recompile of the frame breaks at the same line again)."""
+    said: dict[tuple[str, str], list[str]] = {}
+    for g in model.get("graphs") or []:
+        where = break_site(g.get("graph_break"))
+        if where:
+            cids = said.setdefault((where, g["graph_break"]["summary"]), [])
+            if str(g.get("compile_id")) not in cids:
+                cids.append(str(g.get("compile_id")))
+    out = [f"  [{', '.join(cids)}] graph break at {where}: {why}"
+           for (where, why), cids in list(said.items())[:MAX_BREAK_LINES]]
     if len(said) > MAX_BREAK_LINES:
         out.append(f"  and {len(said) - MAX_BREAK_LINES} more graph breaks (the report lists them)")
     return out
