@@ -279,3 +279,16 @@ def test_diff_names_the_graph_breaks_gone_and_new(graph_break_run, mlp_run):
     assert "| ▼ new | `graph_break.py:22` | 0/0 |" in dif.render(back, "md")
     # A trace against itself: no break is gone or new.
     assert dif.diff(a, a)["graph_breaks"] == {"removed": [], "added": []}
+
+
+def test_check_on_a_run_with_no_graph_names_the_recompile_limit_it_stopped_at():
+    """On the pure function: a run whose only compile hit the recompile limit (its earlier compiles ran before
+    tracing started, as in a notebook) says so where it says the compile stopped."""
+    stop = {"stage": "source", "target": "torch._dynamo.convert_frame:_compile"}
+    limited = {"stopped_in": {**stop, "limit": {"name": "recompile_limit", "value": 8}}}
+    raised = {"stopped_in": {**stop, "error": {"type": "torch._dynamo.exc.Unsupported", "text": "x"}}}
+    model = {"not_returned": [stop], "frames_without_graph": [limited]}
+    limit = "Dynamo hit torch._dynamo.config.recompile_limit (8), so it stopped compiling this frame"
+    assert chk._stopped(model) == f" (the compile stopped inside _compile: {limit})"
+    model["frames_without_graph"] = [raised, limited]
+    assert chk._stopped(model) == f" (the compile stopped inside _compile: it raised Unsupported: x; {limit})"
