@@ -422,9 +422,12 @@ def test_collector_paused_restores_what_it_found_and_leaves_frozen_objects_froze
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
+        fresh = [[] for _ in range(1000)]  # tracked by the collector, not frozen: a gc.freeze() inside would add them
+        # Frozen objects can still be freed by another thread (a compile worker's), so the count may fall a
+        # little; gc.unfreeze() would empty it, gc.freeze() would add `fresh`.
         with api._collector_paused():
-            assert not gc.isenabled() and gc.get_freeze_count() == frozen
-        assert gc.isenabled() and gc.get_freeze_count() == frozen
+            assert not gc.isenabled() and frozen // 2 < gc.get_freeze_count() < frozen + len(fresh)
+        assert gc.isenabled() and frozen // 2 < gc.get_freeze_count() < frozen + len(fresh)
         gc.disable()
         with api._collector_paused():
             assert not gc.isenabled()
@@ -435,4 +438,4 @@ def test_collector_paused_restores_what_it_found_and_leaves_frozen_objects_froze
     with pytest.raises(RuntimeError):
         with api._collector_paused():
             raise RuntimeError("a failed report")
-    assert gc.isenabled() and held
+    assert gc.isenabled() and held and fresh
