@@ -91,6 +91,7 @@ class _NoRecord:
 #: What a probe returns for a call with nothing to record: a check whose every call it watches but only
 #: some matter (Dynamo's recompile limit, checked at each compile and hit by few). No record is written.
 NO_RECORD: Any = _NoRecord()
+
 #: (stage, frame, the call's return value or None, a dict the session keeps for it) -> (compile id, graph
 #: kind); reads the compiler's own state. The dict is new with each session: what the context must
 #: remember between calls (the exported programs it has numbered) lives there, not in the module. The

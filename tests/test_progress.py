@@ -206,3 +206,19 @@ def test_a_terminal_sees_each_stage_on_one_line_and_quiet_silences_it(tmp_path):
     assert code == 0 and "result 8.0" in stdout
     assert "so far" not in term and "\x1b[K" not in term
     assert "prov-trace: trace written to t.msgpack" in term
+
+
+def test_the_summary_names_five_stopped_compiles_and_counts_the_rest_limits_too():
+    """On the pure function: six frames stopped, five by an exception and one at the recompile limit; the
+    summary names five, and its last line counts the one it cut, whichever kind it was."""
+    from prov_trace.report.views import _raised_lines
+
+    err = {"type": "torch._dynamo.exc.Unsupported", "text": "x"}
+    frames = [{"compile_id": f"{i}/0", "stopped_in": {"error": err}} for i in range(5)]
+    frames.append({"compile_id": "5/8", "stopped_in": {"limit": {"name": "recompile_limit", "value": 8}}})
+    lines = _raised_lines({"graphs": [], "frames_without_graph": frames})
+    assert lines[:5] == [f"  [{i}/0] the compile raised Unsupported: x" for i in range(5)]
+    assert lines[5:] == ["  and 1 more compiles that raised or hit a recompile limit (the report lists them)"]
+    frames.pop(0)
+    assert _raised_lines({"graphs": [], "frames_without_graph": frames})[-1] == (
+        "  [5/8] Dynamo hit torch._dynamo.config.recompile_limit (8), so it stopped compiling this frame")

@@ -1105,7 +1105,8 @@ def _raised_lines(model: dict[str, Any]) -> list[str]:
     said = list(dict.fromkeys(said))
     out = [f"  [{label}] {text}" for label, text in said[:MAX_RAISED_LINES]]
     if len(said) > MAX_RAISED_LINES:
-        out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised (the report lists them)")
+        out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised or hit a recompile limit "
+                   "(the report lists them)")
     return out
 
 
