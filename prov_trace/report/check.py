@@ -188,9 +188,10 @@ def _stopped(model: dict[str, Any]) -> str:
         said = [error_summary((f.get("stopped_in") or {}).get("error")) for f in frames]
         said = list(dict.fromkeys(x for x in said if x))
         limits = list(dict.fromkeys(x for x in (limit_summary((f.get("stopped_in") or {}).get("limit")) for f in frames) if x))
-        return (f" (the compile stopped inside {', '.join(dict.fromkeys(names))}"
-                + (f": it raised {'; '.join(said[:3])}" + (f"; and {len(said) - 3} more" if len(said) > 3 else "")
-                   if said else "") + "".join(f"; {x}" if said or i else f": {x}" for i, x in enumerate(limits[:3])) + ")")
+        parts = ([f"it raised {'; '.join(said[:3])}" + (f"; and {len(said) - 3} more" if len(said) > 3 else "")]
+                 if said else []) + limits[:3]
+        return f" (the compile stopped inside {', '.join(dict.fromkeys(names))}" + (
+            f": {'; '.join(parts)}" if parts else "") + ")"
     before = (model.get("header") or {}).get("compiled_before")
     if isinstance(before, int) and before > 0:  # a notebook cell run again: the model runs from Dynamo's cache
         return (f" (Dynamo had compiled {before} graph{'s' if before != 1 else ''} before tracing started, and code "

@@ -16,6 +16,7 @@ import os
 from typing import Any, Callable
 
 from prov_trace.report import html, jsonout, markdown, views
+from prov_trace.report.text import break_frame
 from prov_trace.stream import schema as S
 
 S_NA = "na"
@@ -201,13 +202,11 @@ def _breaks(m: dict[str, Any], where: Callable[[Line], Line]) -> dict[Line, dict
     name an object's address (`<function helper at 0x7f...>`), which differs from run to run."""
     out: dict[Line, dict[str, Any]] = {}
     for g in m["graphs"]:
-        brk = g.get("graph_break") or {}
-        frame = next((f for f in reversed(brk.get("stack") or [])
-                      if isinstance(f.get("file"), str) and isinstance(f.get("line"), int)), None)
-        if frame is not None and brk.get("summary"):
+        frame = break_frame(g.get("graph_break"))
+        if frame is not None:
             site = where((frame["file"], frame["line"]))
             out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": g.get("compile_id"),
-                                  "summary": brk["summary"]})
+                                  "summary": g["graph_break"]["summary"]})
     return out
 
 

@@ -705,9 +705,9 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
             row["note"] = GRAPH_BREAK
             row["lost_at"], row["lost_by"] = None, []
             noted.append((key, None if key not in resumed else [] if own in resumed[key] else resumed[key]))
+        own_stack = {(f.get("file"), f.get("line")) for f in (g.get("graph_break") or {}).get("stack") or []}
         for (path, line), after in noted:
             where = f"{basename(path)}:{line}"
-            own_stack = {(f.get("file"), f.get("line")) for f in (g.get("graph_break") or {}).get("stack") or []}
             # The graph's own break gives its reason above the notes (views.py); another graph's says it here.
             reason = f" (Dynamo: {why[(path, line)]})" if (path, line) in why and (path, line) not in own_stack else ""
             g["notes"].append(f"{where} is a graph break{reason}: Dynamo runs that line in Python, so no stage "
@@ -921,14 +921,29 @@ _FUNCTORCH_PREFIXES = ("torch._functorch.predispatch.", "torch._C._functorch.", 
                        "torch._functorch.vmap.", "torch._C._autograd._saved_tensors_hooks_")
 
 
-def _functorch_bookkeeping(g: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+def _carriers_at(g: dict[str, Any], row: dict[str, Any], stage: str,
+                 index: dict[str, dict[str, list[tuple[int, dict[str, Any]]]]]) -> list[dict[str, Any]]:
+    """The objects of `stage` that carry the row's line, in the stage's order (a name may be a nested graph's
+    and the top graph's both). `index` holds each stage's objects by name, built once per graph."""
+    if stage not in index:
+        by: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        for i, o in enumerate((g["stages"].get(stage) or {}).get("objects", [])):
+            by.setdefault(o["name"], []).append((i, o))
+        index[stage] = by
+    found = [hit for n in set(row["carriers"].get(stage) or []) for hit in index[stage].get(n, ())]
+    return [o for _, o in sorted(found, key=lambda hit: hit[0])]
+
+
+def _functorch_bookkeeping(g: dict[str, Any], row: dict[str, Any],
+                           index: dict[str, Any]) -> tuple[list[str], list[str]] | None:
     """For a line the AOT graph lost whose every node before it is a torch.func transform's bookkeeping call:
-    those calls' names, and the lines that the ops consuming them carry (the transformed function's). Else None."""
+    those calls' names, and the lines that the ops consuming them carry (the transformed function's). Else None.
+    Only such a line walks the stage's objects (for the consumers)."""
     if row["last_stage"] not in (S.PRE_GRAD, S.DYNAMO_GRAPH):
         return None
+    mine = _carriers_at(g, row, row["last_stage"], index)
+    names = {o["name"] for o in mine}
     objs = (g["stages"].get(row["last_stage"]) or {}).get("objects", [])
-    names = set(row["carriers"].get(row["last_stage"]) or [])
-    mine = [o for o in objs if o["name"] in names]
     if not mine or not all(str(o.get("target") or "").startswith(_FUNCTORCH_PREFIXES) for o in mine):
         return None
     calls = list(dict.fromkeys(str(o["target"]).rpartition(".")[2] for o in mine))
@@ -986,7 +1001,8 @@ def _folded_by_freezing(g: dict[str, Any], row: dict[str, Any]) -> bool:
     return bool(carriers)
 
 
-def _retraced_nested(g: dict[str, Any], row: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+def _retraced_nested(g: dict[str, Any], row: dict[str, Any],
+                     index: dict[str, Any]) -> tuple[list[str], list[str]] | None:
     """A line carried only by a nested graph's nodes (a higher-order op's subgraph: flex_attention's
     score_mod) and lost at the AOT graph, where AOT autograd traced that subgraph again: the AOT graph's
     nested nodes of the same names carry other lines (the op's call) instead. Their names and those lines,
@@ -994,8 +1010,8 @@ def _retraced_nested(g: dict[str, Any], row: dict[str, Any]) -> tuple[list[str],
     last = row["last_stage"]
     if row["lost_at"] != S.AOT_GRAPH or last not in S.FX_STAGES:
         return None
-    names = set(row["carriers"].get(last) or [])
-    mine = [o for o in (g["stages"].get(last) or {}).get("objects", []) if o["name"] in names]
+    mine = _carriers_at(g, row, last, index)
+    names = {o["name"] for o in mine}
     if not mine or any(o.get("graph_id") is None for o in mine):
         return None
     again = [o for o in (g["stages"].get(S.AOT_GRAPH) or {}).get("objects", [])
@@ -1010,6 +1026,7 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     the kind of object there that lost them; most lines first."""
     groups: dict[tuple, dict[str, Any]] = {}
     names_at: dict[str, dict[str, Any]] = {}  # each stage's objects by name, built once per graph
+    carriers_index: dict[str, Any] = {}  # the same, every object of a name, for _carriers_at
     # Compiled autograd's graph whose AOT graph carries no stack trace: the same for every line it lost there.
     ca_unwrapped = is_compiled_autograd(g.get("compile_id")) and _no_aot_stack_traces(g["stages"])
     for r in _counted_rows(g):
@@ -1026,8 +1043,8 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         noop = _noop_targets(g, r) if r["lost_by"] == [] and st == S.POST_GRAD else None
         folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
         unwrapped = st == S.AOT_GRAPH and ca_unwrapped
-        retraced = _retraced_nested(g, r) if r["lost_by"] == [] and not unwrapped else None
-        functorch = (_functorch_bookkeeping(g, r) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
+        retraced = _retraced_nested(g, r, carriers_index) if r["lost_by"] == [] and not unwrapped else None
+        functorch = (_functorch_bookkeeping(g, r, carriers_index) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
                      and not retraced else None)
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
@@ -1328,8 +1345,7 @@ def build(trace: Trace) -> ReportModel:
     _mark_wrappers(graphs)
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
     _mark_model_files(graphs)
-    raised = _compile_errors(trace)
-    limits = _recompile_limits(trace)
+    raised, limits = _compile_stops(trace)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         if stopped and g["compile_id"] in raised:
             stopped["error"] = raised[g["compile_id"]]
@@ -1471,31 +1487,24 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     return out
 
 
-def _recompile_limits(trace: Trace) -> dict[Any, dict[str, Any]]:
-    """Per compile id, the recompile limit Dynamo hit before it would compile the frame again: the
-    `torch._dynamo.config` setting's name, and its value where the probe read it."""
-    out: dict[Any, dict[str, Any]] = {}
+def _compile_stops(trace: Trace) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """Per compile id, from its `compile_error` records, in one pass: the exception that ended its compile, as
+    Dynamo's handler received it (the last one, should a compile id have several: `type`, and `text` and
+    `inner` where the probe could read them); and the recompile limit Dynamo hit before it would compile the
+    frame again (the `torch._dynamo.config` setting's name, and its value where the probe read it)."""
+    errors: dict[Any, dict[str, Any]] = {}
+    limits: dict[Any, dict[str, Any]] = {}
     for r in trace.records:
-        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and isinstance(r.get("compile_id"), str):
-            payload = r.get("payload")
-            limit = payload.get("limit") if isinstance(payload, dict) else None
-            if isinstance(limit, dict) and isinstance(limit.get("name"), str):
-                out[r["compile_id"]] = {"name": limit["name"],
-                                        "value": limit["value"] if isinstance(limit.get("value"), int) else None}
-    return out
-
-
-def _compile_errors(trace: Trace) -> dict[Any, dict[str, Any]]:
-    """Per compile id, the exception that ended its compile, as Dynamo's handler received it (the last one,
-    should a compile id have several): `type`, and `text` and `inner` where the probe could read them."""
-    out: dict[Any, dict[str, Any]] = {}
-    for r in trace.records:
-        if r.get("kind") == S.PROBE and r.get("stage") == S.COMPILE_ERROR and isinstance(r.get("compile_id"), str):
-            payload = r.get("payload")
-            err = payload.get("error") if isinstance(payload, dict) else None
-            if isinstance(err, dict) and isinstance(err.get("type"), str):
-                out[r["compile_id"]] = _error_view(err)
-    return out
+        if r.get("kind") != S.PROBE or r.get("stage") != S.COMPILE_ERROR or not isinstance(r.get("compile_id"), str):
+            continue
+        payload = r.get("payload") if isinstance(r.get("payload"), dict) else {}
+        err, limit = payload.get("error"), payload.get("limit")
+        if isinstance(err, dict) and isinstance(err.get("type"), str):
+            errors[r["compile_id"]] = _error_view(err)
+        if isinstance(limit, dict) and isinstance(limit.get("name"), str):
+            limits[r["compile_id"]] = {"name": limit["name"],
+                                       "value": limit["value"] if isinstance(limit.get("value"), int) else None}
+    return errors, limits
 
 
 #: Exceptions raised when the code Inductor emitted is compiled, which it does once codegen is done (the C++

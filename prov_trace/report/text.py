@@ -107,3 +107,12 @@ def limit_summary(limit: dict[str, Any] | None) -> str | None:
         return None
     value = f" ({limit['value']})" if isinstance(limit.get("value"), int) else ""
     return f"Dynamo hit torch._dynamo.config.{limit['name']}{value}, so it stopped compiling this frame"
+
+
+def break_frame(brk: Any) -> dict[str, Any] | None:
+    """The frame a graph break happened in: the innermost frame of Dynamo's reason that names a file and a line
+    (None when the graph did not end at a break, or its reason has no summary or names no line)."""
+    if not isinstance(brk, dict) or not brk.get("summary"):
+        return None
+    return next((f for f in reversed(brk.get("stack") or [])
+                 if isinstance(f.get("file"), str) and isinstance(f.get("line"), int)), None)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import (MAX_TEXT, basename, clean, cut, error_summary, first_line, limit_summary,
-                                    short_path, target_function)
+from prov_trace.report.text import (MAX_TEXT, basename, break_frame, clean, cut, error_summary, first_line,
+                                    limit_summary, short_path, target_function)
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -286,9 +286,11 @@ def _unknown_kinds(kinds: dict[str, int], version: Any) -> str:
 
 
 def _raised_clause(stopped: dict[str, Any]) -> str:
-    said = error_summary(stopped.get("error"))
-    limit = limit_summary(stopped.get("limit"))
-    return (f": it raised {said}" if said else "") + (f": {limit}" if limit and not said else f" ({limit})" if limit else "")
+    said, limit = error_summary(stopped.get("error")), limit_summary(stopped.get("limit"))
+    clause = f": it raised {said}" if said else ""
+    if limit:
+        clause += f" ({limit})" if said else f": {limit}"
+    return clause
 
 
 def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
@@ -1113,9 +1115,7 @@ def _raised_lines(model: dict[str, Any]) -> list[str]:
 def break_site(brk: dict[str, Any] | None) -> str | None:
     """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. None
     when the graph did not end at a graph break, or its reason names no line."""
-    if not brk or not brk.get("summary"):
-        return None
-    frame = next((f for f in reversed(brk.get("stack") or []) if f.get("file") and f.get("line") is not None), None)
+    frame = break_frame(brk)
     if frame is None:
         return None
     return f"{basename(frame['file'])}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
