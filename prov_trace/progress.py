@@ -98,6 +98,7 @@ class Progress:
         self.t0 = clock()
         self.counts: dict[tuple[str, str, str], int] = {}
         self.shown: set[tuple[str, str]] = set()
+        self.breaks_said: set[str] = set()
         self._line = False
         self._lock = threading.Lock()
 
@@ -107,12 +108,23 @@ class Progress:
             return
         label = graph_label(record)
         payload = record.get("payload")
-        if stage == schema.COMPILE_ERROR:  # not a stage's objects: why this compile stopped, said once
-            from prov_trace.report.text import error_summary, limit_summary
+        if stage in schema.SIDE_STAGES:  # not a stage's objects: why this compile stopped, or a graph break
+            from prov_trace.report.text import break_site, error_summary, graph_break_summary, limit_summary
 
             payload = payload if isinstance(payload, dict) else {}
-            limit = limit_summary(payload.get("limit"))
-            said = limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
+            if stage == schema.GRAPH_BREAK:
+                brk = payload.get("graph_break")
+                brk = {**brk, "summary": graph_break_summary(brk)} if isinstance(brk, dict) else None
+                where = break_site(brk)
+                if where is None:
+                    return
+                said = f"graph break at {where}: {brk['summary']}"
+                if said in self.breaks_said:  # a recompile of the frame breaks there again: said once
+                    return
+                self.breaks_said.add(said)
+            else:
+                limit = limit_summary(payload.get("limit"))
+                said = limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
             with self._lock:
                 if self.tty and self._line:
                     self._write("\r\x1b[K")

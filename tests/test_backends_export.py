@@ -773,3 +773,50 @@ def test_a_graph_break_in_training_is_said_once_per_compile_in_dynamos_words(tmp
     said = [ln for ln in md.splitlines() if ln.startswith("Dynamo ended this graph at a graph break")]
     assert len(said) == 1 and said[0].endswith("capture\\_scalar\\_outputs=False."), said
     assert "(in forward)" in said[0] and f"test_backends_export.py:{fw['graph_break']['stack'][-1]['line']}" in said[0]
+
+
+def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tmp_path_factory):
+    """Two breaks in a row: the second ends an empty graph, which Dynamo hands to no backend, so no Dynamo graph
+    record holds its reason. The graph break hook reads it where Dynamo ends the graph: the frame that compiled
+    no graph carries it, and the summary, the line's note, the live progress and the order of breaks name it."""
+    def body(torch, m):
+        def f(x):
+            x = x + 1
+            print("first")
+            print("second")
+            y = x * 2
+            torch._dynamo.graph_break()
+            return y.relu()
+
+        torch.compile(f, backend="aot_eager")(torch.randn(4))
+
+    path, model = _trace(tmp_path_factory, "two_breaks", body)
+    src = Path(__file__).read_text().splitlines()
+    line = {text: next(i + 1 for i, s in enumerate(src) if s.strip() == text)
+            for text in ('print("first")', 'print("second")', "torch._dynamo.graph_break()")}
+    (frame,) = model["frames_without_graph"]
+    assert frame["compile_id"] == "1/0" and frame["graph_break"]["stack"][-1]["line"] == line['print("second")']
+    assert "`print`" in frame["graph_break"]["summary"], frame
+    from prov_trace.report.text import break_frame, run_breaks
+    from prov_trace.report.views import _break_lines
+    assert [(cid, break_frame(b)["line"]) for cid, b in run_breaks(model)] == [
+        ("0/0", line['print("first")']), ("1/0", line['print("second")']), ("2/0", line["torch._dynamo.graph_break()"])]
+    said = _break_lines(model)
+    assert len(said) == 3 and said[1].startswith(f"  [1/0] graph break at test_backends_export.py:{line['print(\"second\")']}")
+    notes = [n for g in model["graphs"] for n in g["notes"] if n.startswith(f"test_backends_export.py:{line['print(\"second\")']} ")]
+    assert notes and "(Dynamo: Failed to trace builtin operator" in notes[0], notes
+    import prov_trace
+    md = prov_trace.load(path).to_markdown()
+    frames_line = next(ln for ln in md.splitlines() if ln.startswith("Frames Dynamo compiled that produced no graph"))
+    assert f"(a graph break at `test_backends_export.py:{line['print(\"second\")']} (in f)` ended it before any op" in frames_line
+    # The live progress says each break as it comes, from the records as the run wrote them.
+    import io
+    from prov_trace.progress import Progress
+    from prov_trace.stream.reader import read_trace
+    out = io.StringIO()
+    progress = Progress(out, tty=False)
+    for r in read_trace(path).records:
+        if r.get("kind") == "probe":
+            progress(r)
+    breaks = [ln for ln in out.getvalue().splitlines() if "graph break at" in ln]
+    assert [ln.split("] ")[0].rsplit("[", 1)[1] for ln in breaks] == ["0/0", "1/0", "2/0"], out.getvalue()

@@ -348,7 +348,7 @@ def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_inpu
 def test_graph_break_summary_is_dynamos_first_line_and_its_explanation():
     """Dynamo's reasons come in two shapes: a summary line with an indented explanation, hints and debug context
     (the real one is read in test_survival_rows_say_what_they_are), and a single line that some still are."""
-    from prov_trace.report.model import graph_break_summary
+    from prov_trace.report.text import graph_break_summary
 
     assert graph_break_summary({"reason": "generic_jump TensorVariable()"}) == "generic_jump TensorVariable()"
     assert graph_break_summary({"reason": "Skip calling `torch.compiler.disable()`d function\n  Explanation: Skip "

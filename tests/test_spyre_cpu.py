@@ -170,7 +170,7 @@ def test_mlp_compiles_then_says_once_that_the_kernels_were_not_run(spyre_mlp):
 
 def test_mlp_every_spyre_hook_resolves_and_fires(spyre_mlp):
     hooks = spyre_mlp.model["hooks"]
-    assert len(hooks) == 10
+    assert len(hooks) == 11
     for h in hooks:
         # Dynamo's exception handler runs only for a compile that raised.
         fired = h["fired"] >= 1 or h["target"] == "torch._dynamo.convert_frame:exception_handler"
@@ -282,6 +282,9 @@ def test_graph_break_compiles_both_graphs_and_fusion_shows_in_fused_from(spyre_b
     assert spyre_break.note()["kernels_not_run"] == ["sdsc_fused_linear_relu_0", "sdsc_fused_mm_mul_t_0"]
     assert [g["compile_id"] for g in spyre_break.model["graphs"]] == ["0/0", "1/0"]
     models = TESTS / "spyre_models.py"
+    # The spyre profile has no Dynamo graph hook: the break is read by the graph break hook, with Dynamo's reason.
+    brk = spyre_break.graph("0/0")["graph_break"]
+    assert brk["stack"][-1]["line"] == _source_line(models, 'print("graph break: Dynamo cannot put print() in a graph")') and "`print`" in brk["summary"], brk
     t_line, mm_line = _source_line(models, "w = self.proj.t()"), _source_line(models, "x = x @ w")
     handles = [op["debug_handle_"] for f in spyre_break.sdsc_files() for op in json.loads(f.read_text()).values()]
     fused = [h for h in handles if len({(p["source"] or {}).get("start_line") for p in h["fused_from"]}) > 1]
@@ -365,7 +368,7 @@ def test_targets_resolve_every_spyre_target_in_the_tree(spyre_tree, spyre_env, t
                       cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert len(out["targets"]) == 10 and out["drifted"] == []
+    assert len(out["targets"]) == 11 and out["drifted"] == []
     assert all(t["file"].startswith(str(spyre_tree)) for t in out["targets"] if "torch_spyre" in t["target"])
     assert proc.stderr.startswith(f"prov-trace: {STANDIN_LINE}; torch-spyre from {spyre_tree}")
 

@@ -58,7 +58,12 @@ def graph_break(output_graph: Any) -> dict | None:
     """Why Dynamo ended this graph, when a graph break did (not the frame's return): Dynamo's reason
     (`OutputGraph.compile_subgraph_reason`, a `GraphCompileReason` it also hangs on the GraphModule) and the
     user frames it broke in, innermost last. Its text is Dynamo's own, written before the backend runs."""
-    reason = getattr(output_graph, "compile_subgraph_reason", None)
+    return describe_break(getattr(output_graph, "compile_subgraph_reason", None))
+
+
+def describe_break(reason: Any) -> dict | None:
+    """A `GraphCompileReason` that is a graph break, as plain data (None for any other reason to end a graph,
+    such as the frame's return)."""
     if reason is None or getattr(reason, "graph_break", None) is not True:
         return None
     text = getattr(reason, "reason", None)
@@ -78,6 +83,14 @@ def probe_dynamo_graph(call: ProbeCall) -> dict:
     if brk is not None:
         out["graph_break"] = brk
     return out
+
+
+def probe_graph_break(call: ProbeCall) -> Any:
+    """Dynamo ends the graph it is building (`OutputGraph.compile_subgraph`, entered with its reason): a record
+    only at a graph break. Most breaks end a graph the Dynamo graph's record also holds; a break right after
+    another ends an empty graph, which Dynamo hands to no backend, and this record is all there is of it."""
+    brk = describe_break(call.arg("reason"))
+    return NO_RECORD if brk is None else {"graph_break": brk}
 
 
 def probe_aot_forward(call: ProbeCall) -> dict:

@@ -86,6 +86,14 @@ _RECOMPILE_LIMIT = Hook(
     "at each compile: recorded only when it says a limit was hit, after which Dynamo runs the frame uncompiled.",
 )
 
+#: Not a stage: a graph break, read where Dynamo ends the graph at it. A break right after another ends an empty
+#: graph, which reaches no backend, so the Dynamo graph's hook never sees that one.
+_GRAPH_BREAK = Hook(
+    schema.GRAPH_BREAK, "torch._dynamo.output_graph:OutputGraph.compile_subgraph", ENTRY, graphs.probe_graph_break,
+    ("reason",), "Dynamo ending the graph it traced, with its reason, once per graph: recorded only at a graph "
+    "break (Dynamo's reason and the user frames), including one that ends an empty graph no backend sees.",
+)
+
 _AOT = "torch._functorch._aot_autograd.graph_compile"
 
 #: The graphs every torch.compile backend and torch.export have, on every stock profile: with
@@ -109,6 +117,7 @@ _PATHS = (
          "The ExportedProgram's graph: the FX graph a user deploys, with its nodes' stack_trace."),
     _COMPILE_ERROR,
     _RECOMPILE_LIMIT,
+    _GRAPH_BREAK,
 )
 
 _ARTIFACT = Hook(
@@ -160,6 +169,7 @@ SPYRE = Profile(
         _COMMON[0],  # the source stage is Dynamo's, the same on every backend
         _COMPILE_ERROR,
         _RECOMPILE_LIMIT,
+        _GRAPH_BREAK,
         Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
              "torch-spyre's pre-grad pass pipeline, entered with the Dynamo graph before its passes run. The "
              "`__call__` is inherited from a base shared with CustomPrePasses and CustomPostPasses: only calls "

@@ -16,7 +16,7 @@ import os
 from typing import Any, Callable
 
 from prov_trace.report import html, jsonout, markdown, views
-from prov_trace.report.text import break_frame
+from prov_trace.report.text import break_frame, run_breaks
 from prov_trace.stream import schema as S
 
 S_NA = "na"
@@ -201,12 +201,11 @@ def _breaks(m: dict[str, Any], where: Callable[[Line], Line]) -> dict[Line, dict
     reason), with the compile and Dynamo's summary. A site is compared by its line alone: a reason's text may
     name an object's address (`<function helper at 0x7f...>`), which differs from run to run."""
     out: dict[Line, dict[str, Any]] = {}
-    for g in m["graphs"]:
-        frame = break_frame(g.get("graph_break"))
+    for cid, brk in run_breaks(m):
+        frame = break_frame(brk)
         if frame is not None:
             site = where((frame["file"], frame["line"]))
-            out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": g.get("compile_id"),
-                                  "summary": g["graph_break"]["summary"]})
+            out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": cid, "summary": brk["summary"]})
     return out
 
 

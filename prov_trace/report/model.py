@@ -18,7 +18,7 @@ from prov_trace.contract import RETURN
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
-from prov_trace.report.text import basename, first_line, target_function
+from prov_trace.report.text import basename, first_line, graph_break_summary, target_function
 from prov_trace.stream import schema
 from prov_trace.stream.reader import Trace
 
@@ -184,6 +184,8 @@ class FrameWithoutGraph(TypedDict):
     qualname: str | None
     #: Where its compile stopped, when a traced call of it did not return (fullgraph=True on a graph break).
     stopped_in: StoppedIn | None
+    #: The graph break that ended its empty graph (one right after another break), else None.
+    graph_break: GraphBreak | None
 
 
 class StoppedIn(TypedDict):
@@ -637,33 +639,24 @@ GRAPH_BREAK = "graph break: runs in Python"
 _RESUME = re.compile(r"torch_dynamo_resume_in_.*_at_(\d+)$")
 
 
-#: Dynamo's graph break reasons (torch 2.7+) give a summary line, then ``  Explanation: ...``, hints and
-#: debug context; older ones, and some still (``generic_jump TensorVariable()``), are one line.
-_EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)
-
-
-def graph_break_summary(brk: Any) -> str | None:
-    """Dynamo's reason for a graph break in one line: its first line and its explanation, where it gives one
-    (``Failed to trace builtin operator: Dynamo does not know how to trace builtin operator `print` ...``)."""
-    reason = brk.get("reason") if isinstance(brk, dict) else None
-    if not isinstance(reason, str) or not reason.strip():
-        return None
-    head = first_line(reason, 300)
-    m = _EXPLANATION.search(reason)
-    text = f"{head.rstrip('.:')}: {m.group(1).strip()}" if m and m.group(1).strip() not in head else head
-    return text if len(text) <= 400 else text[:400] + "…"
-
-
 def _graph_break(by_stage: dict[str, list]) -> dict[str, Any] | None:
     """Why Dynamo ended this compile's graph, when a graph break did, as the Dynamo graph's probe read it:
     its reason (whole, and its first line) and the user frames it broke in, innermost last."""
     for r in by_stage.get(S.DYNAMO_GRAPH, []):
         p = r.get("payload")
-        brk = p.get("graph_break") if isinstance(p, dict) else None
-        if isinstance(brk, dict):
-            stack = [f for f in brk.get("stack") or [] if isinstance(f, dict)]
-            return {"reason": brk.get("reason"), "summary": graph_break_summary(brk), "stack": stack}
+        brk = _break_view(p.get("graph_break") if isinstance(p, dict) else None)
+        if brk is not None:
+            return brk
     return None
+
+
+def _break_view(brk: Any) -> dict[str, Any] | None:
+    """A recorded graph break as the model gives it: Dynamo's reason (whole, and in one line) and the user
+    frames it broke in, innermost last."""
+    if not isinstance(brk, dict):
+        return None
+    stack = [f for f in brk.get("stack") or [] if isinstance(f, dict)]
+    return {"reason": brk.get("reason"), "summary": graph_break_summary(brk), "stack": stack}
 
 
 def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[dict[str, Any]] = ()) -> None:
@@ -693,6 +686,10 @@ def _mark_graph_breaks(graphs: list[dict[str, Any]], frames_without_graph: list[
                 why.setdefault((f["file"], f["line"]), brk["summary"])
     for f in frames_without_graph:
         add(f.get("qualname"), f.get("file"), ("frame", str(f.get("compile_id"))))
+        brk = f.get("graph_break") or {}
+        for fr in brk.get("stack") or []:
+            if isinstance(fr.get("file"), str) and isinstance(fr.get("line"), int) and brk.get("summary"):
+                why.setdefault((fr["file"], fr["line"]), brk["summary"])
     if not resumed and not why:
         return
     for g in graphs:
@@ -1282,6 +1279,7 @@ def build(trace: Trace) -> ReportModel:
     graphs = []
     frames_without_graph = []
     outside: dict[tuple, int] = {}
+    raised, limits, breaks = _side_records(trace)
     for (cid, kind), by_stage in _group(trace).items():
         if not any(st in S.STAGES for st in by_stage):
             # Only user probes fired here: their function ran while no compile did (no Dynamo compile id
@@ -1299,7 +1297,9 @@ def build(trace: Trace) -> ReportModel:
             for r in by_stage.get(S.SOURCE, []):
                 p = r.get("payload") or {}
                 frames_without_graph.append({"compile_id": cid, "file": p.get("file"), "line": p.get("first_line"),
-                                             "qualname": p.get("qualname"), "stopped_in": None})
+                                             "qualname": p.get("qualname"), "stopped_in": None,
+                                             # A break that ended an empty graph (right after another break).
+                                             "graph_break": breaks.get(cid)})
             continue
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
@@ -1319,7 +1319,8 @@ def build(trace: Trace) -> ReportModel:
             stages[st]["note"] = note
         backend = _backend(cid, by_stage)
         off_path = _off_path(stages, stage_order, backend, hooks)
-        brk = _graph_break(by_stage)
+        # The Dynamo graph's own record, else the break hook's (a profile with no Dynamo graph hook: spyre).
+        brk = _graph_break(by_stage) or breaks.get(cid)
         graphs.append({
             "compile_id": cid,
             "kind": kind,
@@ -1345,7 +1346,6 @@ def build(trace: Trace) -> ReportModel:
     _mark_wrappers(graphs)
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
     _mark_model_files(graphs)
-    raised, limits = _compile_stops(trace)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         if stopped and g["compile_id"] in raised:
             stopped["error"] = raised[g["compile_id"]]
@@ -1487,24 +1487,31 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     return out
 
 
-def _compile_stops(trace: Trace) -> tuple[dict[Any, dict[str, Any]], dict[Any, dict[str, Any]]]:
-    """Per compile id, from its `compile_error` records, in one pass: the exception that ended its compile, as
-    Dynamo's handler received it (the last one, should a compile id have several: `type`, and `text` and
-    `inner` where the probe could read them); and the recompile limit Dynamo hit before it would compile the
-    frame again (the `torch._dynamo.config` setting's name, and its value where the probe read it)."""
+def _side_records(trace: Trace) -> tuple[dict[Any, dict[str, Any]], ...]:
+    """Per compile id, from its records of no stage (`compile_error`, `graph_break`), in one pass: the exception
+    that ended its compile, as Dynamo's handler received it (the last one, should a compile id have several:
+    `type`, and `text` and `inner` where the probe could read them); the recompile limit Dynamo hit before it
+    would compile the frame again (the `torch._dynamo.config` setting's name, and its value where the probe
+    read it); and the graph break that ended its graph (the last)."""
     errors: dict[Any, dict[str, Any]] = {}
     limits: dict[Any, dict[str, Any]] = {}
+    breaks: dict[Any, dict[str, Any]] = {}
     for r in trace.records:
-        if r.get("kind") != S.PROBE or r.get("stage") != S.COMPILE_ERROR or not isinstance(r.get("compile_id"), str):
+        if r.get("kind") != S.PROBE or r.get("stage") not in S.SIDE_STAGES or not isinstance(r.get("compile_id"), str):
             continue
         payload = r.get("payload") if isinstance(r.get("payload"), dict) else {}
+        if r["stage"] == S.GRAPH_BREAK:
+            brk = _break_view(payload.get("graph_break"))
+            if brk is not None:
+                breaks[r["compile_id"]] = brk
+            continue
         err, limit = payload.get("error"), payload.get("limit")
         if isinstance(err, dict) and isinstance(err.get("type"), str):
             errors[r["compile_id"]] = _error_view(err)
         if isinstance(limit, dict) and isinstance(limit.get("name"), str):
             limits[r["compile_id"]] = {"name": limit["name"],
                                        "value": limit["value"] if isinstance(limit.get("value"), int) else None}
-    return errors, limits
+    return errors, limits, breaks
 
 
 #: Exceptions raised when the code Inductor emitted is compiled, which it does once codegen is done (the C++

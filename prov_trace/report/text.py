@@ -109,6 +109,23 @@ def limit_summary(limit: dict[str, Any] | None) -> str | None:
     return f"Dynamo hit torch._dynamo.config.{limit['name']}{value}, so it stopped compiling this frame"
 
 
+#: Dynamo's graph break reasons (torch 2.7+) give a summary line, then ``  Explanation: ...``, hints and
+#: debug context; older ones, and some still (``generic_jump TensorVariable()``), are one line.
+_EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)
+
+
+def graph_break_summary(brk: Any) -> str | None:
+    """Dynamo's reason for a graph break in one line: its first line and its explanation, where it gives one
+    (``Failed to trace builtin operator: Dynamo does not know how to trace builtin operator `print` ...``)."""
+    reason = brk.get("reason") if isinstance(brk, dict) else None
+    if not isinstance(reason, str) or not reason.strip():
+        return None
+    head = first_line(reason, 300)
+    m = _EXPLANATION.search(reason)
+    text = f"{head.rstrip('.:')}: {m.group(1).strip()}" if m and m.group(1).strip() not in head else head
+    return text if len(text) <= 400 else text[:400] + "…"
+
+
 def break_frame(brk: Any) -> dict[str, Any] | None:
     """The frame a graph break happened in: the innermost frame of Dynamo's reason that names a file and a line
     (None when the graph did not end at a break, or its reason has no summary or names no line)."""
@@ -116,3 +133,27 @@ def break_frame(brk: Any) -> dict[str, Any] | None:
         return None
     return next((f for f in reversed(brk.get("stack") or [])
                  if isinstance(f.get("file"), str) and isinstance(f.get("line"), int)), None)
+
+
+def break_site(brk: dict[str, Any] | None) -> str | None:
+    """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. None
+    when the graph did not end at a graph break, or its reason names no line."""
+    frame = break_frame(brk)
+    if frame is None:
+        return None
+    return f"{basename(frame['file'])}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
+
+
+def _compile_order(cid: Any) -> tuple:
+    """A Dynamo compile id's place in the run: ``1/0`` (frame 1, first compile) before ``1/1`` and ``10/0``."""
+    nums = re.findall(r"\d+", cid) if isinstance(cid, str) else []
+    return (0, tuple(int(n) for n in nums)) if nums else (1, ())
+
+
+def run_breaks(model: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """Every graph break of a run, in compile order, as (compile id, break): those that ended a graph, and those
+    that ended an empty graph (a break right after another), which a frame that compiled no graph holds."""
+    found = [(g.get("compile_id"), g["graph_break"]) for g in model.get("graphs") or [] if g.get("graph_break")]
+    found += [(f.get("compile_id"), f["graph_break"]) for f in model.get("frames_without_graph") or []
+              if f.get("graph_break")]
+    return sorted(found, key=lambda item: _compile_order(item[0]))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import (MAX_TEXT, basename, break_frame, clean, cut, error_summary, first_line,
+from prov_trace.report.text import (MAX_TEXT, basename, break_frame, break_site, clean, cut, error_summary, first_line, run_breaks,
                                     limit_summary, short_path, target_function)
 from prov_trace.stream import schema as S
 
@@ -299,7 +299,10 @@ def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))]
                  + ([join(["(its compile stopped inside ", Code(target_function(f["stopped_in"].get("target"))),
                            ", whose call did not return" + _raised_clause(f["stopped_in"]) + ")"], "")]
-                    if f.get("stopped_in") else []), " ")
+                    if f.get("stopped_in") else [])
+                 + ([join(["(a graph break at ", Code(break_site(f["graph_break"])), " ended it before any op: ",
+                           f["graph_break"]["summary"].rstrip("."), ")"], "")]
+                    if break_site(f.get("graph_break")) else []), " ")
             for f in model["frames_without_graph"]), "."]))
 
 
@@ -1112,15 +1115,6 @@ def _raised_lines(model: dict[str, Any]) -> list[str]:
     return out
 
 
-def break_site(brk: dict[str, Any] | None) -> str | None:
-    """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. None
-    when the graph did not end at a graph break, or its reason names no line."""
-    frame = break_frame(brk)
-    if frame is None:
-        return None
-    return f"{basename(frame['file'])}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
-
-
 #: How many graph breaks the run's summary names, one line each.
 MAX_BREAK_LINES = 5
 
@@ -1129,12 +1123,12 @@ def _break_lines(model: dict[str, Any]) -> list[str]:
     """One summary line per graph break: where, Dynamo's reason, and the compiles it ended (a compile's forward
     and backward graphs share one; a recompile of the frame breaks at the same line again)."""
     said: dict[tuple[str, str], list[str]] = {}
-    for g in model.get("graphs") or []:
-        where = break_site(g.get("graph_break"))
+    for cid, brk in run_breaks(model):
+        where = break_site(brk)
         if where:
-            cids = said.setdefault((where, g["graph_break"]["summary"]), [])
-            if str(g.get("compile_id")) not in cids:
-                cids.append(str(g.get("compile_id")))
+            cids = said.setdefault((where, brk["summary"]), [])
+            if str(cid) not in cids:
+                cids.append(str(cid))
     out = [f"  [{', '.join(cids)}] graph break at {where}: {why}"
            for (where, why), cids in list(said.items())[:MAX_BREAK_LINES]]
     if len(said) > MAX_BREAK_LINES:

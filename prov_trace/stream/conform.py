@@ -233,13 +233,16 @@ _SOURCE = {"file": "str", "qualname": "str", "first_line": "int", "user": "bool"
            "lines": ("list", {"line": "int", "text": "str"})}
 #: The Dynamo and export graphs: an FX payload plus the backend's name and the placeholders' shapes.
 _FX_PATH = {**_FX, "backend": "str", "inputs": ("list", "str")}
+#: A graph break: Dynamo's reason and the user frames it broke in, innermost last.
+_BREAK = {"reason": "str", "stack": ("list", {"file": "str", "line": "int", "func": "str"})}
 PAYLOADS = {
     schema.SOURCE: _SOURCE, schema.PRE_GRAD: _FX, schema.POST_GRAD: _FX, schema.IR_PRE: _IR, schema.IR_POST: _IR,
     schema.KERNEL_SPEC: _KERNEL, schema.ARTIFACT: {**_ARTIFACT, "files": ("list", "str")},
-    schema.DYNAMO_GRAPH: {**_FX_PATH, "graph_break": {"reason": "str", "stack": ("list", {"file": "str", "line": "int", "func": "str"})}},
+    schema.DYNAMO_GRAPH: {**_FX_PATH, "graph_break": _BREAK},
     schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
     schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}},
                            "limit": {"name": "str", "value": "int"}},
+    schema.GRAPH_BREAK: {"graph_break": _BREAK},
 }
 _ENVELOPE = {"stage": "str", "target": "str", "phase": "str", "call": "int", "compile_id": "str", "graph": "str",
              "thread": {"id": "int", "name": "str"}, "probe_ns": "int"}

@@ -47,8 +47,12 @@ INDUCTOR_STAGES = (PRE_GRAD, POST_GRAD, IR_PRE, IR_POST, KERNEL_SPEC, ARTIFACT)
 #: Not a pipeline stage: the exception a compile raised, read where Dynamo handles it. The report attaches
 #: it to where that compile stopped; it is no column, and no user probe's.
 COMPILE_ERROR = "compile_error"
+#: Not a pipeline stage either: a graph break, as Dynamo hands it to the code that ends the graph there. The
+#: Dynamo graph's record holds the same break when a graph was compiled; this one also covers a frame whose
+#: graph was empty at the break (two breaks in a row), which no backend sees.
+GRAPH_BREAK = "graph_break"
 #: Stages of records that are neither a pipeline stage nor a user probe's.
-SIDE_STAGES = (COMPILE_ERROR,)
+SIDE_STAGES = (COMPILE_ERROR, GRAPH_BREAK)
 
 STAGE_TITLES = {
     SOURCE: "Source",
@@ -62,6 +66,7 @@ STAGE_TITLES = {
     KERNEL_SPEC: "Kernel spec",
     ARTIFACT: "Artifact",
     COMPILE_ERROR: "Compile error",
+    GRAPH_BREAK: "Graph break",
 }
 
 # Provenance fields, by the layer they live on.
