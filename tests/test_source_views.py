@@ -104,7 +104,10 @@ def test_graph_break_views(graph_break_run, tmp_path):
     mul = lines[by_text["x = x * 2.0"]]
     assert mul["listed"]["post_grad"] == ["mul"] and "lv-kernel_spec" in mul["cls"]
     # The line with the break runs in Python between the graphs: grey like a line with no op, not "never attached".
-    assert "lv-noop" in lines[by_text['print("graph break: Dynamo cannot put print() in a graph")']]["cls"]
+    brk = lines[by_text['print("graph break: Dynamo cannot put print() in a graph")']]
+    assert "lv-noop" in brk["cls"]
+    # Its panel says so, in Dynamo's words (it said only "graph break: runs in Python").
+    assert brk["note"].startswith("graph break: runs in Python (Dynamo: Failed to trace builtin operator: "), brk
     assert not [ln for ln in lines.values() if "lv-never" in ln["cls"]]
     for r, g in zip(res["graphs"], report.model["graphs"]):
         _check_headline(report, r, g)

@@ -924,6 +924,11 @@ def _line_marks(model: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
         for m in file_marks.values():
             if m["last"]:
                 m["note"] = None
+    for _, brk in run_breaks(model):  # a line Dynamo broke the graph at: its note gives Dynamo's reason
+        frame = break_frame(brk)
+        m = marks.get(frame["file"], {}).get(frame["line"]) if frame else None
+        if m and m["note"] and "(Dynamo: " not in m["note"]:
+            m["note"] = f"{m['note']} (Dynamo: {brk['summary']})"
     # The model's files first (the survival rows say whose a file is), the one with most carried lines first;
     # then library and framework files.
     carried = {p: sum(1 for m in lines.values() if m["last"]) for p, lines in marks.items()}

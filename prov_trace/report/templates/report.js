@@ -252,7 +252,8 @@
         var listed = {};
         each(panel.querySelectorAll('.pstage[data-stage]'), function(row){
           listed[row.getAttribute('data-stage')] = Array.prototype.map.call(row.querySelectorAll('code'), function(c){ return c.textContent; }); });
-        res.lines.push({file: f.path, line: +n, cls: line.className, listed: listed, open_ms: opened, click_ms: ms});
+        var note = panel.querySelector('.ptitle + div.muted');
+        res.lines.push({file: f.path, line: +n, cls: line.className, listed: listed, note: note ? note.textContent : null, open_ms: opened, click_ms: ms});
       });
     });
     res.code = [];
