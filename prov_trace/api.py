@@ -178,10 +178,15 @@ _active: "Tracer | None" = None
 
 def _graphs_compiled_so_far() -> int:
     """Graphs Dynamo compiled in this process so far (0 before torch._dynamo is imported). A call of one runs from
-    Dynamo's cache: nothing compiles, so a trace started after it sees nothing (a notebook cell run again)."""
+    Dynamo's cache: nothing compiles, so a trace started after it sees nothing (a notebook cell run again).
+    0 after a `torch._dynamo.reset()` that nothing has been compiled since: the reset emptied the cache (it
+    clears the frames Dynamo compiled, `convert_frame.input_codes`, but not the counter)."""
     utils = sys.modules.get("torch._dynamo.utils")
+    frames = getattr(sys.modules.get("torch._dynamo.convert_frame"), "input_codes", None)
     try:
-        return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
+        if utils is None or (frames is not None and not frames.seen_ids):
+            return 0
+        return int(utils.counters["stats"]["unique_graphs"])
     except Exception:  # another torch's counters: the hint is a courtesy, never a failure
         return 0
 

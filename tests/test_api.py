@@ -167,6 +167,12 @@ def test_a_trace_of_code_compiled_before_it_started_says_why_it_holds_no_graph(t
     (result,) = report.check("kernel_spec:origins=all").results
     assert result["failures"][0]["why"].startswith(
         f"the trace holds no graph: nothing was compiled (Dynamo had compiled {before} graph"), result
+    # Once the user did reset, nothing is cached: the hint would send them to do what they did.
+    torch._dynamo.reset()
+    with prov_trace.trace(tmp_path / "after_reset.msgpack") as t:
+        pass
+    report = t.report()
+    assert "compiled_before" not in report.model["header"] and "torch._dynamo.reset()" not in report.to_markdown()
 
 
 def test_nesting_and_starting_twice_are_clear_errors(tmp_path):
