@@ -292,3 +292,34 @@ def test_check_on_a_run_with_no_graph_names_the_recompile_limit_it_stopped_at():
     assert chk._stopped(model) == f" (the compile stopped inside _compile: {limit})"
     model["frames_without_graph"] = [raised, limited]
     assert chk._stopped(model) == f" (the compile stopped inside _compile: it raised Unsupported: x; {limit})"
+
+
+def test_check_graph_breaks_counts_the_runs_break_sites_and_names_each(graph_break_run, mlp_run):
+    """`graph_breaks<=N` gates CI on the graph breaks a run has: the break sites, each listed with the compiles it
+    ended and Dynamo's reason when the rule fails."""
+    bad = cli("check", str(graph_break_run.trace), "--require", "graph_breaks<=0", "--require", "graph_breaks=1")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    lines = bad.stdout.splitlines()
+    assert lines[:3] == ["FAIL  graph_breaks<=0", "        1 graph break site:",
+                         "          [0/0] graph break at graph_break.py:22 (in forward): Failed to trace builtin operator: "
+                         "Dynamo does not know how to trace builtin operator `print` with argument types ['str'] "
+                         "(has_kwargs False)"], bad.stdout
+    assert "ok    graph_breaks=1  (1 graph break site)" in lines and lines[-1] == "1 of 2 rules hold; 1 failed"
+    ok = cli("check", str(mlp_run.trace), "--require", "graph_breaks<=0", "--require", "kernel_spec:origins=all")
+    assert ok.returncode == 0 and "ok    graph_breaks<=0  (0 graph break sites)" in ok.stdout, ok.stdout
+    # --graph picks the graphs of matrix rules; the break count is the run's.
+    one = cli("check", str(graph_break_run.trace), "--require", "graph_breaks<=0", "--graph", "1/0 inference")
+    assert one.returncode == 1 and "1 graph break site:" in one.stdout
+    # A count that is not a whole number is bad input.
+    for rule in ("graph_breaks<=x", "graph_breaks<=0.5"):
+        proc = cli("check", str(mlp_run.trace), "--require", rule)
+        assert proc.returncode == 2 and "is not a count: graph_breaks takes a whole number" in proc.stderr, proc.stderr
+
+
+def test_check_graph_breaks_fails_on_a_trace_that_did_not_watch_them(graph_break_run):
+    """A trace whose break hook did not resolve (an older prov-trace, a torch where it drifted) cannot say the run
+    had no break: the rule fails rather than count zero."""
+    model = copy.deepcopy(graph_break_run.model())
+    model["hooks"] = [h for h in model["hooks"] if h.get("stage") != "graph_break"]
+    (res,) = chk.check(model, [chk.parse_rule("graph_breaks<=5")])
+    assert not res["holds"] and res["failures"][0]["why"].startswith("graph breaks were not watched in this trace")

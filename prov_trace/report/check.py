@@ -2,7 +2,7 @@
 
 Grammar (docs/check.md)::
 
-    RULE  := STAGE ":" FIELD OP LEVEL
+    RULE  := STAGE ":" FIELD OP LEVEL  |  "graph_breaks" OP COUNT
     STAGE := a stage name (source, pre_grad, post_grad, ir_pre, ir_post, kernel_spec,
              artifact, or a user probe's stage) | "*" (every stage that measures FIELD)
     FIELD := a matrix field name: stack_trace, origins, debug_handle, file:line, ...
@@ -13,7 +13,8 @@ Grammar (docs/check.md)::
 ``=all``: every object the stage produced has the field populated; ``=any``: at
 least one has; ``=none``: none has. A number compares the populated fraction
 n/N. A rule is evaluated in every graph of the trace and holds only when it
-holds in each. A stage that did not fire fails every rule; a stage that fired
+holds in each. ``graph_breaks<=N`` counts the run's graph break sites (the lines
+Dynamo broke a graph at), whatever graphs ``--graph`` names. A stage that did not fire fails every rule; a stage that fired
 with no objects satisfies only ``=none``, ``<`` and ``<=``. A rule that would
 check no cell at all (``*`` on a field no stage of the trace measures) fails.
 """
@@ -26,13 +27,16 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import error_summary, limit_summary, target_function
+from prov_trace.report.text import break_frame, break_site, error_summary, limit_summary, run_breaks, target_function
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
 OPS = (">=", "<=", "==", "=", ">", "<")
 
 _RULE = re.compile(r"^\s*(?P<stage>[^:\s]+)\s*:\s*(?P<field>.+?)\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
+#: The rule on the run as a whole: how many graph break sites it has.
+GRAPH_BREAKS = "graph_breaks"
+_BREAKS_RULE = re.compile(r"^\s*graph_breaks\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
 
 
 class RuleError(UsageError):
@@ -47,6 +51,16 @@ class Rule:
     op: str
     word: str | None = None
     value: float | None = None
+
+    @property
+    def on_breaks(self) -> bool:
+        """``graph_breaks OP COUNT``: a rule on the run's graph breaks, not on a matrix cell."""
+        return self.field == GRAPH_BREAKS and not self.stage
+
+    def counts(self, n: int) -> bool:
+        v = self.value
+        assert v is not None
+        return {"=": n == v, "==": n == v, ">=": n >= v, ">": n > v, "<=": n <= v, "<": n < v}[self.op]
 
     def holds(self, n: int, total: int) -> bool:
         if total == 0:
@@ -67,6 +81,12 @@ def parse_rule(text: str) -> Rule:
     if not isinstance(text, str):
         raise RuleError(f"a rule is a string such as 'kernel_spec:origins=all', not a {type(text).__name__}: give "
                         "several rules as separate arguments, check('a', 'b') (or check(*rules))")
+    b = _BREAKS_RULE.match(text or "")
+    if b:
+        if not b.group("level").isdigit():
+            raise RuleError(f"in the rule {text!r}, {b.group('level')!r} is not a count: graph_breaks takes a whole "
+                            "number, e.g. 'graph_breaks<=0'")
+        return Rule(text, "", GRAPH_BREAKS, b.group("op"), value=float(int(b.group("level"))))
     m = _RULE.match(text or "")
     if not m:
         if re.match(r"^\s*[^:\s]+\s*:\s*[^=<>]+$", text or ""):
@@ -74,7 +94,7 @@ def parse_rule(text: str) -> Rule:
             raise RuleError(f"the rule {text!r} has no operator: if you wrote {text.strip()}>=..., the shell read '>' "
                             f"as a redirection; quote the rule, e.g. --require '{text.strip()}>=0.5'")
         raise RuleError(f"cannot read the rule {text!r}: write STAGE:FIELD=LEVEL, e.g. kernel_spec:origins=all "
-                        "or 'post_grad:stack_trace>=0.5' (see docs/check.md)")
+                        "or 'post_grad:stack_trace>=0.5', or 'graph_breaks<=N' (see docs/check.md)")
     stage, field, op, level = m.group("stage"), m.group("field"), m.group("op"), m.group("level")
     if level.lower() in LEVEL_WORDS:
         if op not in ("=", "=="):
@@ -130,6 +150,9 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                             f"{', '.join(g['label'] for g in model['graphs']) or 'none'}")
     results = []
     for rule in rules:
+        if rule.on_breaks:
+            results.append(_check_breaks(model, rule))
+            continue
         stages = _resolve(rule, model)
         failures, checked, skipped = [], [], []
         for g in chosen:
@@ -180,6 +203,36 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
     return results
 
 
+def _check_breaks(model: dict[str, Any], rule: Rule) -> dict[str, Any]:
+    """``graph_breaks OP COUNT`` over the whole run: its graph break sites (a line Dynamo broke a graph at, once
+    however many compiles broke there), each named with the compiles it ended and Dynamo's reason."""
+    sites: dict[tuple, dict[str, Any]] = {}
+    for cid, brk in run_breaks(model):
+        frame = break_frame(brk)
+        if frame is None:
+            continue
+        site = sites.setdefault((frame["file"], frame["line"]), {"where": break_site(brk), "summary": brk["summary"],
+                                                                 "compile_ids": []})
+        if str(cid) not in site["compile_ids"]:
+            site["compile_ids"].append(str(cid))
+    checked = [{"graph": None, "stage": None, "breaks": len(sites)}]
+    none = {"graph": None, "stage": None, "state": None, "n": len(sites), "total": 0}
+    if not model["graphs"]:  # a compile that raised at a break (fullgraph=True) leaves no graph and no break
+        return {"rule": rule.text, "holds": False, "checked": checked,
+                "failures": [{**none, "why": "the trace holds no graph: nothing was compiled" + _stopped(model)}]}
+    if not any(h.get("stage") == S.GRAPH_BREAK and h.get("resolved") for h in model.get("hooks") or []):
+        return {"rule": rule.text, "holds": False, "checked": checked, "failures": [{**none, "why": (
+            "graph breaks were not watched in this trace (no resolved hook on OutputGraph.compile_subgraph: a trace "
+            "written before prov-trace watched them, or a torch where that hook drifted), so none can be counted")}]}
+    if rule.counts(len(sites)):
+        return {"rule": rule.text, "holds": True, "checked": checked, "failures": []}
+    failures = [{**none, "why": f"{len(sites)} graph break site{'s' if len(sites) != 1 else ''}:", "site": None}]
+    failures += [{**none, "why": f"[{', '.join(s['compile_ids'])}] graph break at {s['where']}: {s['summary']}",
+                  "site": {"file": file, "line": line, "compile_ids": s["compile_ids"], "summary": s["summary"]}}
+                 for (file, line), s in sites.items()]
+    return {"rule": rule.text, "holds": False, "checked": checked, "failures": failures}
+
+
 def _stopped(model: dict[str, Any]) -> str:
     """Where a run that compiled no graph stopped: the pipeline's calls that did not return, if any."""
     names = [target_function(n.get("target")) for n in model.get("not_returned") or [] if n.get("stage") in S.STAGES]
@@ -209,11 +262,17 @@ def render(results: list[dict[str, Any]], titles: dict[str, str]) -> str:
     out = []
     for r in results:
         cells = len(r["checked"])
-        if r["holds"]:
+        breaks = r["checked"][0].get("breaks") if r["checked"] else None
+        if r["holds"] and breaks is not None:
+            out.append(f"ok    {r['rule']}  ({breaks} graph break site{'s' if breaks != 1 else ''})")
+        elif r["holds"]:
             out.append(f"ok    {r['rule']}  ({cells} cell{'s' if cells != 1 else ''})")
         else:
             out.append(f"FAIL  {r['rule']}")
             for f in r["failures"]:
+                if "site" in f:  # graph_breaks: the count, then one line per site
+                    out.append(f"        {'  ' if f['site'] else ''}{f['why']}")
+                    continue
                 where = f"graph {f['graph']}, {titles.get(f['stage'], f['stage'])}" if f["graph"] else "trace"
                 out.append(f"        {where}: {f['why']}")
     failed = sum(1 for r in results if not r["holds"])
