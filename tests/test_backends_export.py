@@ -794,21 +794,22 @@ def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tm
     src = Path(__file__).read_text().splitlines()
     line = {text: next(i + 1 for i, s in enumerate(src) if s.strip() == text)
             for text in ('print("first")', 'print("second")', "torch._dynamo.graph_break()")}
+    first, second, user = line['print("first")'], line['print("second")'], line["torch._dynamo.graph_break()"]
     (frame,) = model["frames_without_graph"]
-    assert frame["compile_id"] == "1/0" and frame["graph_break"]["stack"][-1]["line"] == line['print("second")']
+    assert frame["compile_id"] == "1/0" and frame["graph_break"]["stack"][-1]["line"] == second
     assert "`print`" in frame["graph_break"]["summary"], frame
     from prov_trace.report.text import break_frame, run_breaks
     from prov_trace.report.views import _break_lines
-    assert [(cid, break_frame(b)["line"]) for cid, b in run_breaks(model)] == [
-        ("0/0", line['print("first")']), ("1/0", line['print("second")']), ("2/0", line["torch._dynamo.graph_break()"])]
+    assert [(cid, break_frame(b)["line"]) for cid, b in run_breaks(model)] == [("0/0", first), ("1/0", second),
+                                                                               ("2/0", user)]
     said = _break_lines(model)
-    assert len(said) == 3 and said[1].startswith(f"  [1/0] graph break at test_backends_export.py:{line['print(\"second\")']}")
-    notes = [n for g in model["graphs"] for n in g["notes"] if n.startswith(f"test_backends_export.py:{line['print(\"second\")']} ")]
+    assert len(said) == 3 and said[1].startswith(f"  [1/0] graph break at test_backends_export.py:{second}")
+    notes = [n for g in model["graphs"] for n in g["notes"] if n.startswith(f"test_backends_export.py:{second} ")]
     assert notes and "(Dynamo: Failed to trace builtin operator" in notes[0], notes
     import prov_trace
     md = prov_trace.load(path).to_markdown()
     frames_line = next(ln for ln in md.splitlines() if ln.startswith("Frames Dynamo compiled that produced no graph"))
-    assert f"(a graph break at `test_backends_export.py:{line['print(\"second\")']} (in f)` ended it before any op" in frames_line
+    assert f"(a graph break at `test_backends_export.py:{second} (in f)` ended it before any op" in frames_line
     # The live progress says each break as it comes, from the records as the run wrote them.
     import io
     from prov_trace.progress import Progress
