@@ -821,3 +821,72 @@ def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tm
             progress(r)
     breaks = [ln for ln in out.getvalue().splitlines() if "graph break at" in ln]
     assert [ln.split("] ")[0].rsplit("[", 1)[1] for ln in breaks] == ["0/0", "1/0", "2/0"], out.getvalue()
+
+
+def test_a_backend_that_splits_dynamos_graph_gets_a_graph_per_part(tmp_path_factory):
+    """A backend that splits Dynamo's graph and calls Inductor per part (DDPOptimizer's buckets, vLLM's piecewise
+    compile): every part ran under one Dynamo compile id, so their nodes, IR ops and kernels were mixed into one
+    graph, and IR ops of the same name (each part has a buf0) counted once. Each part is an AOT autograd compile of
+    its own: its graphs are 0/0.2, ..., its backward (compiled lazily, at the first backward) among them."""
+    def body(torch, m):
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.passes.split_module import split_module
+
+        def piecewise(gm, example_inputs):
+            part = {"n": 0}
+
+            def split(node):
+                if node.op == "call_function" and node.target is torch.sigmoid:
+                    part["n"] += 1
+                return part["n"]
+
+            top = split_module(gm, None, split)
+            for name, sub in list(top.named_children()):
+                inputs = [n.meta["example_value"] for n in sub.graph.nodes if n.op == "placeholder"]
+                compiled = compile_fx(sub, inputs)
+                delattr(top, name)
+                top.__dict__[name] = compiled
+            return top
+
+        class Two(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(8, 8)
+                self.b = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                h = torch.relu(self.a(x))
+                g = torch.sigmoid(h)
+                return self.b(g) * 2
+
+        torch.compile(Two(), backend=piecewise)(torch.randn(2, 8)).sum().backward()
+
+    path, model = _trace(tmp_path_factory, "parts", body)
+    src = Path(__file__).read_text().splitlines()
+    line = {text: next(i + 1 for i, s in enumerate(src) if s.strip() == text)
+            for text in ("h = torch.relu(self.a(x))", "g = torch.sigmoid(h)", "return self.b(g) * 2")}
+    relu, sigmoid, out = line["h = torch.relu(self.a(x))"], line["g = torch.sigmoid(h)"], line["return self.b(g) * 2"]
+    graphs = {g["label"]: g for g in model["graphs"]}
+    assert sorted(graphs) == ["0/0 backward", "0/0 forward", "0/0.2 backward", "0/0.2 forward"], sorted(graphs)
+
+    def lines_at(label, st):
+        return {src["line"] for o in graphs[label]["stages"][st]["objects"] for src in o.get("sources") or []}
+
+    # Each part's own stages hold its own lines only; the Dynamo graph is every part's.
+    assert lines_at("0/0 forward", S.POST_GRAD) == {relu} and lines_at("0/0.2 forward", S.POST_GRAD) == {sigmoid, out}
+    assert lines_at("0/0 forward", S.PRE_GRAD) == {relu} and lines_at("0/0.2 forward", S.PRE_GRAD) == {sigmoid, out}
+    assert lines_at("0/0.2 forward", S.DYNAMO_GRAPH) == {relu, sigmoid, out}
+    # The lazy backward of each part is that part's: the sigmoid's derivative is in 0/0.2's backward only.
+    assert sigmoid in lines_at("0/0.2 backward", S.POST_GRAD) and sigmoid not in lines_at("0/0 backward", S.POST_GRAD)
+    # Part 2 owns its pre-grad; its source and Dynamo graph are part 1's, counted once in the summary.
+    assert graphs["0/0.2 forward"]["shared"] == {S.SOURCE: "0/0 forward", S.DYNAMO_GRAPH: "0/0 forward"}
+    assert graphs["0/0.2 backward"]["shared"][S.PRE_GRAD] == "0/0.2 forward"
+    dynamo_nodes = len(graphs["0/0 forward"]["stages"][S.DYNAMO_GRAPH]["objects"])
+    assert next(r for r in model["summary"] if r["stage"] == S.DYNAMO_GRAPH)["objects"] == dynamo_nodes
+    ir = {lbl: [o["name"] for o in graphs[lbl]["stages"][S.IR_PRE]["objects"]] for lbl in ("0/0 forward", "0/0.2 forward")}
+    assert ir["0/0 forward"][0] == ir["0/0.2 forward"][0] == "buf0", ir  # the same name in each part, both counted
+    # A line whose ops are in the other part is not a loss in this one.
+    row = next(r for r in graphs["0/0 forward"]["survival"] if r["line"] == sigmoid)
+    assert row["lost_at"] is None and row["note"].startswith("in graph 0/0.2 forward"), row
+    assert any(n.startswith("The backend (piecewise) split Dynamo's graph 0/0 and compiled it in 2 parts")
+               for n in graphs["0/0.2 forward"]["notes"])

@@ -8,6 +8,7 @@ post-grad stage runs under.
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 import weakref
@@ -168,7 +169,65 @@ def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
     cid, kind = _context(stage, frame, retval, state)
     if cid is None or cid == EXPORT_ID or cid.startswith(EXPORT_ID + "-"):
         return cid, kind
-    return _after_resets(state, cid, stage == schema.SOURCE and not _is_export_frame(frame.f_code)), kind
+    cid = _after_resets(state, cid, stage == schema.SOURCE and not _is_export_frame(frame.f_code))
+    return _part(state, cid, stage, frame), kind
+
+
+#: The stages of one AOT autograd compile: a backend that splits Dynamo's graph compiles each part apart.
+_PART_STAGES = frozenset(schema.INDUCTOR_STAGES) | {schema.AOT_GRAPH}
+
+
+def _aot_id(stage: str, frame: types.FrameType) -> int | None:
+    """The AOT autograd compile this stage runs in (its ``aot_config.aot_id``), from AOT's own state: the AOT
+    graph's frame holds the config; Inductor's later stages run while AOT names the graph it is compiling
+    (``graph_being_compiled``, ``"<aot_id>_forward"``, also at a lazy backward's compile); pre-grad runs
+    before AOT starts, so it takes the id AOT will give next. None where none can be read."""
+    try:
+        if stage == schema.AOT_GRAPH:
+            aot_id = getattr(frame.f_locals.get("aot_config"), "aot_id", None)
+            return aot_id if type(aot_id) is int else None
+        if stage == schema.PRE_GRAD:
+            # torch 2.13 runs the pre-grad passes inside aot_module_simplified, whose config is made first;
+            # torch 2.10 runs them before AOT autograd starts, and the next id AOT gives is this part's.
+            f = frame.f_back
+            for _ in range(_MAX_AOT_WALK):
+                if f is None:
+                    break
+                if "aot_config" in f.f_code.co_varnames:
+                    aot_id = getattr(f.f_locals.get("aot_config"), "aot_id", None)
+                    if type(aot_id) is int:
+                        return aot_id
+                f = f.f_back
+            counter = getattr(sys.modules.get("torch._functorch.aot_autograd"), "AOT_COUNTER", None)
+            m = _COUNT.match(repr(counter)) if counter is not None else None
+            return int(m.group(1)) if m else None
+        logging_utils = sys.modules.get("torch._functorch._aot_autograd.logging_utils")
+        being = getattr(logging_utils, "graph_being_compiled", None)
+        head = being[0].partition("_")[0] if isinstance(being, list) and being and isinstance(being[0], str) else ""
+        return int(head) if head.isdigit() else None
+    except Exception:  # noqa: BLE001 - no part is read: the compile id alone
+        return None
+
+
+_COUNT = re.compile(r"count\((\d+)")
+#: How far up from the pre-grad stage to look for AOT autograd's config.
+_MAX_AOT_WALK = 40
+
+
+def _part(state: dict, cid: str, stage: str, frame: types.FrameType) -> str:
+    """Dynamo's compile id, or for the second and later parts of a graph the backend split (DDPOptimizer's
+    buckets, a piecewise backend calling Inductor per part), ``0/0.2``, ``0/0.3``: each part is an AOT autograd
+    compile of its own (its forward and backward share it), so its objects are not mixed with the others'."""
+    if stage not in _PART_STAGES:
+        return cid
+    aot_id = _aot_id(stage, frame)
+    if aot_id is None:
+        return cid
+    parts = state.setdefault("parts", {}).setdefault(cid, [])
+    if aot_id not in parts:
+        parts.append(aot_id)
+    n = parts.index(aot_id) + 1
+    return cid if n == 1 else f"{cid}.{n}"
 
 
 def _after_resets(state: dict, cid: str, starts: bool) -> str:

@@ -356,17 +356,40 @@ def _group(trace: Trace) -> "OrderedDict[tuple, dict[str, list]]":
     for cid, kinds in kinds_by_cid.items():
         for kind in kinds or [None]:
             graphs[(cid, kind)] = {}
+    parts: dict[Any, list] = {}
+    for cid in kinds_by_cid:
+        if dynamo_compile(cid) != cid and dynamo_compile(cid) in kinds_by_cid:
+            parts.setdefault(dynamo_compile(cid), []).append(cid)
     for r in probes:
-        for key in _graphs_of(r, kinds_by_cid):
+        for key in _graphs_of(r, kinds_by_cid, parts):
             graphs[key].setdefault(r.get("stage"), []).append(r)
     return graphs
 
 
-def _graphs_of(r: dict[str, Any], kinds_by_cid: dict[Any, list]) -> list[tuple]:
+def _graphs_of(r: dict[str, Any], kinds_by_cid: dict[Any, list], parts: dict[Any, list] | None = None) -> list[tuple]:
     """The (compile id, graph kind) keys a record belongs to: its own, or, for a record with no graph kind
-    (source, pre-grad, a compile's outer calls), every graph of its compile id."""
+    (source, pre-grad, a compile's outer calls), every graph of its compile id; a Source or Dynamo graph
+    record, every graph of the parts a backend split that Dynamo graph into, too."""
     cid, kind = r.get("compile_id"), r.get("graph")
-    return [(cid, kind)] if kind else [(cid, k) for k in (kinds_by_cid.get(cid) or [None])]
+    if kind:
+        return [(cid, kind)]
+    keys = [(cid, k) for k in (kinds_by_cid.get(cid) or [None])]
+    if parts and r.get("stage") in DYNAMO_STAGES:
+        keys += [(p, k) for p in parts.get(cid, ()) for k in (kinds_by_cid.get(p) or [None])]
+    return keys
+
+
+#: A later part of a Dynamo graph a backend split (``0/0.2``: probes/context.py) and the compile id it is part of.
+_PART = re.compile(r"^(.+)\.(\d+)$")
+#: The stages before a backend splits Dynamo's graph: every part shares them.
+DYNAMO_STAGES = (S.SOURCE, S.DYNAMO_GRAPH)
+
+
+def dynamo_compile(cid: Any) -> Any:
+    """The Dynamo compile a graph's compile id belongs to: itself, or for a later part of a split graph
+    (``0/0.2``) the compile it is part of (``0/0``)."""
+    m = _PART.match(cid) if isinstance(cid, str) else None
+    return m.group(1) if m else cid
 
 
 def _user_fields(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list[FieldSpec]:
@@ -584,8 +607,11 @@ def _mark_shared(graphs: list[dict[str, Any]]) -> None:
     first = _first_of_compile(graphs)
     for g in graphs:
         owner = first[g["compile_id"]]
-        if owner is not g:
-            g["shared"] = {st: owner["label"] for st in SHARED_STAGES if st in g["stages"] and g["stages"][st]["observed"]}
+        # A later part of a split Dynamo graph: its source and Dynamo graph are the first part's.
+        dynamo = first.get(dynamo_compile(g["compile_id"]), owner)
+        shared = {st: (dynamo if st in DYNAMO_STAGES else owner)["label"] for st in SHARED_STAGES
+                  if st in g["stages"] and g["stages"][st]["observed"]}
+        g["shared"] = {st: label for st, label in shared.items() if label != g["label"]}
 
 
 def _mark_other_graphs(graphs: list[dict[str, Any]]) -> None:
@@ -628,6 +654,47 @@ def _mark_split_by_aot(graphs: list[dict[str, Any]]) -> None:
                           if o is not g and (row["file"], row["line"]) in lines]
                 if others:
                     row["note"] = f"in graph {', '.join(others)}: AOT autograd put the line's ops there"
+                    row["lost_at"], row["lost_by"] = None, []
+
+
+def _mark_split_parts(graphs: list[dict[str, Any]]) -> None:
+    """A line Dynamo's graph carries whose ops the backend compiled in another part of that graph (DDPOptimizer's
+    buckets, a piecewise backend): every part shares the Dynamo graph, so the line reads as lost after it in
+    the parts that do not hold its ops. Not a loss: say which part holds it."""
+    by_dynamo: dict[Any, list[dict[str, Any]]] = {}
+    for g in _first_of_compile(graphs).values():
+        by_dynamo.setdefault(dynamo_compile(g["compile_id"]), []).append(g)
+    for parts in by_dynamo.values():
+        if len(parts) < 2:
+            continue
+        ids = {p["compile_id"] for p in parts}
+        labels = [p["compile_id"] for p in parts]
+        for g in graphs:
+            if g["compile_id"] in ids:
+                n = labels.index(g["compile_id"]) + 1
+                g["notes"].append(
+                    f"The backend ({g.get('backend') or 'its compiler'}) split Dynamo's graph {labels[0]} and compiled "
+                    f"it in {len(parts)} parts, each an AOT autograd and Inductor compile of its own: this is part "
+                    f"{n} ({', '.join(x for x in labels if x != g['compile_id'])} the other{'s' if len(parts) > 2 else ''}). "
+                    "The parts share the source and the Dynamo graph.")
+        beyond = {}
+        for g in graphs:
+            if g["compile_id"] in ids:
+                for r in g["survival"]:
+                    if r["last_stage"] is not None and r["last_stage"] not in DYNAMO_STAGES:
+                        labels = beyond.setdefault((r["file"], r["line"]), [])
+                        if g["label"] not in labels:
+                            labels.append(g["label"])
+        for g in graphs:
+            if g["compile_id"] not in ids:
+                continue
+            for row in g["survival"]:
+                if row["note"] or row["last_stage"] not in DYNAMO_STAGES:
+                    continue
+                others = [lbl for lbl in beyond.get((row["file"], row["line"]), [])
+                          if dynamo_compile(lbl.split(" ")[0]) == dynamo_compile(g["compile_id"]) and lbl != g["label"]]
+                if others:
+                    row["note"] = f"in graph {', '.join(others)}: the backend split Dynamo's graph and compiled the line's ops there"
                     row["lost_at"], row["lost_by"] = None, []
 
 
@@ -1320,7 +1387,7 @@ def build(trace: Trace) -> ReportModel:
         backend = _backend(cid, by_stage)
         off_path = _off_path(stages, stage_order, backend, hooks)
         # The Dynamo graph's own record, else the break hook's (a profile with no Dynamo graph hook: spyre).
-        brk = _graph_break(by_stage) or breaks.get(cid)
+        brk = (_graph_break(by_stage) or breaks.get(cid)) if dynamo_compile(cid) == cid else None  # a part's is 0/0's
         graphs.append({
             "compile_id": cid,
             "kind": kind,
@@ -1345,6 +1412,7 @@ def build(trace: Trace) -> ReportModel:
     _mark_untraced_lines(graphs)
     _mark_wrappers(graphs)
     _mark_split_by_aot(graphs)  # after the wrappers: a checkpoint's call line is a wrapper's in either graph
+    _mark_split_parts(graphs)
     _mark_model_files(graphs)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
         if stopped and g["compile_id"] in raised:
@@ -1412,7 +1480,8 @@ def _summary(graphs: list[dict[str, Any]], hooks: list[dict[str, Any]], stage_or
             d = g["stages"].get(st)
             if d and d["observed"]:
                 observed = True
-                key = (g["compile_id"], None if shared else g["kind"])
+                key = ((dynamo_compile(g["compile_id"]) if st in DYNAMO_STAGES else g["compile_id"]),
+                       None if shared else g["kind"])
                 # A nested graph's nodes (a torch.cond's branches) may share names with the top graph's.
                 seen.update((*key, o.get("graph_id"), o["name"]) for o in d["objects"])
                 seen_boundary.update((*key, o.get("graph_id"), o["name"]) for o in d.get("boundary", []))

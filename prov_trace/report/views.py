@@ -405,10 +405,14 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
                                 g["graph_break"]["summary"].rstrip("."), "."]))
     for note in g.get("notes", []):
         sec.blocks.append(Banner("Note.", note))
-    if g.get("shared"):
-        owner = next(iter(g["shared"].values()))
-        sec.blocks.append(Para([", ".join(titles[st] for st in g["shared"]) + f" are shared with {owner}: AOT autograd "
-                                "split one Dynamo graph into this graph and that one, so their objects are the same "
+    by_owner: dict[str, list[str]] = {}
+    for st, owner in (g.get("shared") or {}).items():
+        by_owner.setdefault(owner, []).append(titles[st])
+    for owner, shared in by_owner.items():
+        # The same compile id: AOT's forward and backward. Another: a part of a Dynamo graph the backend split.
+        who = ("AOT autograd split one Dynamo graph into this graph and that one" if owner.split(" ")[0] == str(g["compile_id"])
+               else "the backend split one Dynamo graph into parts, this graph's and that one's")
+        sec.blocks.append(Para([", ".join(shared) + f" are shared with {owner}: {who}, so their objects are the same "
                                 "objects, counted once in the run's summary."]))
     matrix = Section("Stage × Field matrix", 3, [
         Para(["Each column is measured on the object that stage produces: the FX compute node, the LoopLevelIR op, "
