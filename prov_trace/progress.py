@@ -98,7 +98,7 @@ class Progress:
         self.t0 = clock()
         self.counts: dict[tuple[str, str, str], int] = {}
         self.shown: set[tuple[str, str]] = set()
-        self.breaks_said: set[str] = set()
+        self.said_once: set[str] = set()
         self._line = False
         self._lock = threading.Lock()
 
@@ -108,20 +108,26 @@ class Progress:
             return
         label = graph_label(record)
         payload = record.get("payload")
-        if stage in schema.SIDE_STAGES:  # not a stage's objects: why this compile stopped, or a graph break
+        if stage in schema.SIDE_STAGES:  # not a stage's objects: why a compile stopped, a graph break, a notice
             from prov_trace.report.text import break_site, error_summary, graph_break_summary, limit_summary
 
             payload = payload if isinstance(payload, dict) else {}
-            if stage == schema.GRAPH_BREAK:
+            if stage == schema.NOTICE:  # what prov-trace's settings did to the program: said once
+                notice = payload.get("notice") if isinstance(payload.get("notice"), dict) else {}
+                said = notice.get("text") if isinstance(notice.get("text"), str) else None
+                if said is None or said in self.said_once:
+                    return
+                self.said_once.add(said)
+            elif stage == schema.GRAPH_BREAK:
                 brk = payload.get("graph_break")
                 brk = {**brk, "summary": graph_break_summary(brk)} if isinstance(brk, dict) else None
                 where = break_site(brk)
                 if where is None:
                     return
                 said = f"graph break at {where}: {brk['summary']}"
-                if said in self.breaks_said:  # a recompile of the frame breaks there again: said once
+                if said in self.said_once:  # a recompile of the frame breaks there again: said once
                     return
-                self.breaks_said.add(said)
+                self.said_once.add(said)
             else:
                 limit = limit_summary(payload.get("limit"))
                 said = limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
@@ -129,7 +135,7 @@ class Progress:
                 if self.tty and self._line:
                     self._write("\r\x1b[K")
                     self._line = False
-                self._write(f"{voice.name()}: [{label}] {said}\n")
+                self._write(f"{voice.name()}: {said}\n" if stage == schema.NOTICE else f"{voice.name()}: [{label}] {said}\n")
             return
         unit = payload_unit(payload)
         with self._lock:

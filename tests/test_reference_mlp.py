@@ -41,10 +41,11 @@ def test_one_inference_graph_with_every_stage(mlp_run):
         assert g["stages"][st]["observed"], st
     # torch.export's and AOTInductor's hooks are not on a torch.compile's path (tests/test_backends_export.py),
     # and an inference graph has no backward for AOT's backward hook.
-    # Dynamo's exception handler runs only for a compile that raised.
+    # Dynamo's exception handler runs only for a compile that raised, save_cache_artifacts only for a program
+    # that asks for its cache artifacts.
     export_only = ("torch.export._trace:_export", "torch._inductor.codecache:AotCodeCompiler.compile",
                    "torch._functorch._aot_autograd.graph_compile:_aot_stage2b_bw_compile",
-                   "torch._dynamo.convert_frame:exception_handler")
+                   "torch._dynamo.convert_frame:exception_handler", "torch.compiler:save_cache_artifacts")
     assert all(h["resolved"] and h["installed"] for h in model["hooks"]), model["hooks"]
     assert all(h["fired"] >= 1 for h in model["hooks"] if h["target"] not in export_only), model["hooks"]
     assert "export_graph" not in model["stage_order"]

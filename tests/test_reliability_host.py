@@ -21,7 +21,7 @@ import msgpack
 import pytest
 
 import reliability_support as rs
-from conftest import HAS_MONITORING
+from conftest import HAS_MONITORING, cli
 from prov_trace.stream import schema
 from prov_trace.probes import snapshot
 from prov_trace.contract import ENTRY, RETURN, Hook, Profile
@@ -494,3 +494,45 @@ def test_two_compiles_on_two_threads_at_once_are_traced_apart(tmp_path):
     thread_of = {r["thread"]["name"]: r["thread"]["id"] for r in probes}
     assert by_thread[thread_of["compile-a"]] == {"return torch.sin(x) + 1"}
     assert by_thread[thread_of["compile-b"]] == {"return torch.cos(y) * 3"}
+
+
+# --- what prov-trace's own settings do to a program ----------------------------------------------------
+
+SAVES_ITS_CACHES = """\
+import sys
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+gm = make_fx(lambda x: x.cos() * 2)(torch.randn(4))
+compiled = torch._inductor.standalone_compile(gm, [torch.randn(4)])
+compiled.save(path=sys.argv[1], format="binary")
+print("saved", flush=True)
+"""
+
+
+def test_a_program_that_saves_its_compiled_artifact_is_told_why_it_cannot_and_how_to(tmp_path):
+    """With Inductor's caches off (prov-trace's default) torch records no cache artifact, so a standalone_compile
+    artifact's save() raises (vLLM saves its graphs that way): the program failed with torch's message alone.
+    prov-trace says why as it happens, before the program's traceback, and in the report; with --keep-caches and
+    an empty cache dir the program saves it and every stage is still traced."""
+    script = tmp_path / "saves.py"
+    script.write_text(SAVES_ITS_CACHES)
+    art = tmp_path / "artifact.bin"
+    proc = cli("run", "-o", str(tmp_path / "t.msgpack"), "--report", str(tmp_path / "r.md"), str(script), str(art),
+                  cwd=tmp_path)
+    assert proc.returncode == 1 and not art.exists(), proc.stderr  # the program's own failure, as untraced with caches off
+    said = "torch.compiler.save_cache_artifacts() returned None: Inductor's caches are off (prov-trace turns them off"
+    assert said in proc.stderr and proc.stderr.index(said) < proc.stderr.index("Traceback"), proc.stderr
+    assert "RuntimeError: CompiledArtifact.save failed to save since there's no artifact to save" in proc.stderr
+    assert f"  notice: {said}" in proc.stdout  # the run's summary
+    model = build(read_trace(tmp_path / "t.msgpack"))
+    assert [(n["kind"], n["calls"]) for n in model["notices"]] == [("caches_off", 1)]
+    assert (tmp_path / "r.md").read_text().split("\n")[2].startswith(
+        "> **Notice.** torch.compiler.save\\_cache\\_artifacts() returned None")
+    # What the notice says to do works: the artifact is saved, and the compile is traced to its artifact.
+    kept = cli("run", "--keep-caches", "-o", str(tmp_path / "k.msgpack"), "--no-report", str(script), str(art),
+                  cwd=tmp_path, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache")})
+    assert kept.returncode == 0 and "saved" in kept.stdout and art.stat().st_size > 0, kept.stderr
+    assert "notice" not in kept.stderr
+    trace = read_trace(tmp_path / "k.msgpack")
+    assert {"post_grad", "ir_post", "kernel_spec", "artifact"} <= {r["stage"] for r in trace.records if r["kind"] == "probe"}

@@ -7,7 +7,7 @@ anywhere else. docs/profiles.md explains each target choice.
 from __future__ import annotations
 
 from prov_trace.stream import schema
-from prov_trace.probes import artifact, fx, graphs, ir, kernels, source, spyre
+from prov_trace.probes import artifact, caches, fx, graphs, ir, kernels, source, spyre
 from prov_trace.contract import ENTRY, RETURN, Hook, ProbeCall, Profile
 from prov_trace.probes.context import inductor_context
 
@@ -94,6 +94,14 @@ _GRAPH_BREAK = Hook(
     "break (Dynamo's reason and the user frames), including one that ends an empty graph no backend sees.",
 )
 
+#: Not a stage: torch's cache artifacts, which prov-trace's default (the caches off) leaves empty. A program that
+#: saves them, or a standalone_compile artifact, is told why it got none as it happens.
+_CACHE_ARTIFACTS = Hook(
+    schema.NOTICE, "torch.compiler:save_cache_artifacts", RETURN, caches.probe_cache_artifacts, (),
+    "torch's cache artifacts, which a program saves (and `standalone_compile` builds its artifact from): a record "
+    "only when none came back because the caches were off, prov-trace's default, so the run says why.",
+)
+
 _AOT = "torch._functorch._aot_autograd.graph_compile"
 
 #: The graphs every torch.compile backend and torch.export have, on every stock profile: with
@@ -118,6 +126,7 @@ _PATHS = (
     _COMPILE_ERROR,
     _RECOMPILE_LIMIT,
     _GRAPH_BREAK,
+    _CACHE_ARTIFACTS,
 )
 
 _ARTIFACT = Hook(
@@ -170,6 +179,7 @@ SPYRE = Profile(
         _COMPILE_ERROR,
         _RECOMPILE_LIMIT,
         _GRAPH_BREAK,
+        _CACHE_ARTIFACTS,
         Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),
              "torch-spyre's pre-grad pass pipeline, entered with the Dynamo graph before its passes run. The "
              "`__call__` is inherited from a base shared with CustomPrePasses and CustomPostPasses: only calls "

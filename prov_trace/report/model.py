@@ -188,6 +188,13 @@ class FrameWithoutGraph(TypedDict):
     graph_break: GraphBreak | None
 
 
+class Notice(TypedDict):
+    kind: str | None
+    text: str
+    #: How many calls said it.
+    calls: int
+
+
 class StoppedIn(TypedDict):
     stage: str
     target: str | None
@@ -259,6 +266,8 @@ class ReportModel(TypedDict):
     errors: list[ProbeError]
     graphs: list[Graph]
     frames_without_graph: list[FrameWithoutGraph]
+    #: What prov-trace's own settings did to the program (docs/report.md): each text once.
+    notices: list[Notice]
     #: User probe snapshots taken while no compile ran (a probe on the user's own function, called by the
     #: program): not a graph's objects.
     outside_compile: list[OutsideCompile]
@@ -1448,6 +1457,7 @@ def build(trace: Trace) -> ReportModel:
         "errors": errors,
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
+        "notices": _notices(trace),
         "outside_compile": [{"stage": st, "target": tgt, "compile_id": cid, "snapshots": n}
                             for (st, tgt, cid), n in outside.items()],
         "not_returned": not_returned,
@@ -1455,6 +1465,20 @@ def build(trace: Trace) -> ReportModel:
         "summary": _summary(graphs, hooks, stage_order, outside, _unwound(not_returned)),
         "spyre": _spyre.run_facts(trace),
     }
+
+
+def _notices(trace: Trace) -> list[dict[str, Any]]:
+    """What prov-trace's own settings did to the program, as its probes saw it (a cache artifact torch did not
+    record because the caches were off): each text once, with how many calls said it."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in trace.records:
+        if r.get("kind") != S.PROBE or r.get("stage") != S.NOTICE or not isinstance(r.get("payload"), dict):
+            continue
+        n = r["payload"].get("notice")
+        if isinstance(n, dict) and isinstance(n.get("text"), str):
+            out.setdefault(n["text"], {"kind": n.get("kind") if isinstance(n.get("kind"), str) else None,
+                                       "text": n["text"], "calls": 0})["calls"] += 1
+    return list(out.values())
 
 
 def _warnings(trace: Trace) -> list[str]:
@@ -1566,7 +1590,8 @@ def _side_records(trace: Trace) -> tuple[dict[Any, dict[str, Any]], ...]:
     limits: dict[Any, dict[str, Any]] = {}
     breaks: dict[Any, dict[str, Any]] = {}
     for r in trace.records:
-        if r.get("kind") != S.PROBE or r.get("stage") not in S.SIDE_STAGES or not isinstance(r.get("compile_id"), str):
+        if r.get("kind") != S.PROBE or r.get("stage") not in (S.COMPILE_ERROR, S.GRAPH_BREAK) or not isinstance(
+                r.get("compile_id"), str):
             continue
         payload = r.get("payload") if isinstance(r.get("payload"), dict) else {}
         if r["stage"] == S.GRAPH_BREAK:

@@ -242,6 +242,8 @@ def report_document(model: dict[str, Any], max_rows: int = MAX_ROWS, texts: dict
         blocks.append(Banner("Newer trace.", _unknown_kinds(tr["unknown_kinds"], h.get("version"))))
     if tr.get("warnings"):
         blocks.append(Banner("Warnings.", " ".join(tr["warnings"])))
+    for notice in model.get("notices") or []:
+        blocks.append(Banner("Notice.", notice["text"].rstrip(".") + "."))
     stop = tr.get("end") or {}
     if stop.get("outcome") in ("interrupted", "signal"):
         blocks.append(Banner("Run stopped early", f"({stop.get('detail') or stop.get('outcome')}): the traced program "
@@ -1090,6 +1092,7 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             out.append(f"      unresolved: {u}")
     out += _raised_lines(model)
     out += _break_lines(model)
+    out += [f"  notice: {n['text']}" for n in model.get("notices") or []]
     tr = model["trace"]
     if not tr["complete"]:
         out.append(f"  trace is partial: {tr['problem']}")

@@ -243,6 +243,7 @@ PAYLOADS = {
     schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}},
                            "limit": {"name": "str", "value": "int"}},
     schema.GRAPH_BREAK: {"graph_break": _BREAK},
+    schema.NOTICE: {"notice": {"kind": "str", "text": "str"}},
 }
 _ENVELOPE = {"stage": "str", "target": "str", "phase": "str", "call": "int", "compile_id": "str", "graph": "str",
              "thread": {"id": "int", "name": "str"}, "probe_ns": "int"}

@@ -51,8 +51,11 @@ COMPILE_ERROR = "compile_error"
 #: Dynamo graph's record holds the same break when a graph was compiled; this one also covers a frame whose
 #: graph was empty at the break (two breaks in a row), which no backend sees.
 GRAPH_BREAK = "graph_break"
+#: Not a pipeline stage: something the tracer's own settings did to the program, said as it happens (a cache
+#: artifact torch did not record because prov-trace turned the caches off).
+NOTICE = "notice"
 #: Stages of records that are neither a pipeline stage nor a user probe's.
-SIDE_STAGES = (COMPILE_ERROR, GRAPH_BREAK)
+SIDE_STAGES = (COMPILE_ERROR, GRAPH_BREAK, NOTICE)
 
 STAGE_TITLES = {
     SOURCE: "Source",
@@ -67,6 +70,7 @@ STAGE_TITLES = {
     ARTIFACT: "Artifact",
     COMPILE_ERROR: "Compile error",
     GRAPH_BREAK: "Graph break",
+    NOTICE: "Notice",
 }
 
 # Provenance fields, by the layer they live on.
