@@ -890,3 +890,29 @@ def test_a_backend_that_splits_dynamos_graph_gets_a_graph_per_part(tmp_path_fact
     assert row["lost_at"] is None and row["note"].startswith("in graph 0/0.2 forward"), row
     assert any(n.startswith("The backend (piecewise) split Dynamo's graph 0/0 and compiled it in 2 parts")
                for n in graphs["0/0.2 forward"]["notes"])
+
+
+def test_a_graph_the_program_hands_inductor_itself_is_not_called_an_export(tmp_path_factory):
+    """standalone_compile (or compile_fx) outside Dynamo: no Dynamo compile id is current, and such a compile was
+    labelled `export` and introduced as "An exported program (torch.export)". It is its own path: `inductor`,
+    `inductor-2` for the next, each an AOT autograd compile, with no source frame or Dynamo graph on it."""
+    def body(torch, m):
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        for scale in (2.0, 3.0):
+            gm = make_fx(lambda x: x.cos() * scale + 1)(torch.randn(4))
+            torch._inductor.standalone_compile(gm, [torch.randn(4)])(torch.randn(4))
+
+    path, model = _trace(tmp_path_factory, "direct", body)
+    graphs = {g["label"]: g for g in model["graphs"]}
+    assert sorted(graphs) == ["inductor inference", "inductor-2 inference"], sorted(graphs)
+    for g in graphs.values():
+        assert g["backend"] == "Inductor, called directly"
+        # No Dynamo compile in the run: its graph's column is not shown at all.
+        assert set(g["off_path"]) == {S.SOURCE} and S.DYNAMO_GRAPH not in model["stage_order"], g["off_path"]
+        assert all(g["stages"][st]["observed"] for st in (S.PRE_GRAD, S.POST_GRAD, S.KERNEL_SPEC, S.ARTIFACT))
+        assert [o["name"] for o in g["stages"][S.KERNEL_SPEC]["objects"]] == ["cpp_fused_add_cos_mul_0"]
+    import prov_trace
+    md = prov_trace.load(path).to_markdown()
+    assert "An exported program" not in md
+    assert md.count("A graph the program handed Inductor itself (`torch._inductor.standalone_compile` or `compile_fx`") == 2

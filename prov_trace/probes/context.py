@@ -46,6 +46,27 @@ def graph_kind(frame: types.FrameType | None) -> str | None:
     return None
 
 
+#: The compile id of a graph Inductor compiles with neither Dynamo nor AOTInductor around it: a program that calls
+#: ``torch._inductor.standalone_compile`` or ``compile_fx`` itself. The session's first is ``inductor``, its second
+#: ``inductor-2``: each is an AOT autograd compile of its own (``aot_config.aot_id``).
+DIRECT_ID = "inductor"
+
+
+def _direct_id(state: dict, stage: str, frame: types.FrameType) -> str:
+    aot_id = _aot_id(stage, frame)
+    direct = state.setdefault("direct", [])
+    if aot_id is None:
+        return DIRECT_ID if len(direct) <= 1 else f"{DIRECT_ID}-{len(direct)}"
+    if aot_id not in direct:
+        direct.append(aot_id)
+    n = direct.index(aot_id) + 1
+    return DIRECT_ID if n == 1 else f"{DIRECT_ID}-{n}"
+
+
+def is_direct_id(cid: Any) -> bool:
+    return isinstance(cid, str) and (cid == DIRECT_ID or (cid.startswith(DIRECT_ID + "-") and cid[len(DIRECT_ID) + 1:].isdigit()))
+
+
 #: The compile id of what torch.export and AOTInductor compile: no Dynamo compile id is current there.
 #: The session's first exported program is ``export``, its second ``export-2``, and so on.
 EXPORT_ID = "export"
@@ -167,7 +188,7 @@ def inductor_context(stage: str, frame: types.FrameType, retval: Any = None,
                      state: dict | None = None) -> tuple[str | None, str | None]:
     state = {} if state is None else state
     cid, kind = _context(stage, frame, retval, state)
-    if cid is None or cid == EXPORT_ID or cid.startswith(EXPORT_ID + "-"):
+    if cid is None or cid == EXPORT_ID or cid.startswith(EXPORT_ID + "-") or is_direct_id(cid):
         return cid, kind
     cid = _after_resets(state, cid, stage == schema.SOURCE and not _is_export_frame(frame.f_code))
     return _part(state, cid, stage, frame), kind
@@ -265,8 +286,11 @@ def _context(stage: str, frame: types.FrameType, retval: Any, state: dict) -> tu
     if state.get("exports") and (cid is None or _aot_compiling()):
         # AOTInductor compiles an exported program: the one its caller names, else the last exported.
         cid = _compiled_export(state, frame) or state.get("last_export", EXPORT_ID)
+    elif cid is None and _aot_compiling():
+        cid = EXPORT_ID  # AOTInductor, on a program exported before tracing started
     elif cid is None:
-        cid = EXPORT_ID
+        return _direct_id(state, stage, frame), (None if stage == schema.PRE_GRAD else
+                                                 aot_graph_kind(frame) if stage == schema.AOT_GRAPH else graph_kind(frame))
     if stage in (schema.PRE_GRAD, schema.DYNAMO_GRAPH):
         # The Dynamo graph, before AOT autograd splits it: shared by every graph of this compile id.
         return cid, None

@@ -1676,10 +1676,22 @@ def is_export_id(cid: Any) -> bool:
     return isinstance(cid, str) and (cid == EXPORT_ID or (cid.startswith(prefix) and cid[len(prefix):].isdigit()))
 
 
+#: The compile id of a graph the program handed Inductor itself (probes/context.py's DIRECT_ID), and its path.
+DIRECT_ID = "inductor"
+DIRECT_PATH = "Inductor, called directly"
+
+
+def is_direct_id(cid: Any) -> bool:
+    prefix = DIRECT_ID + "-"
+    return isinstance(cid, str) and (cid == DIRECT_ID or (cid.startswith(prefix) and cid[len(prefix):].isdigit()))
+
+
 def _backend(cid: Any, by_stage: dict[str, list]) -> str | None:
     """The backend Dynamo handed this compile's graph to, as the Dynamo graph's probe read it."""
     if is_export_id(cid):
         return EXPORT_PATH
+    if is_direct_id(cid):
+        return DIRECT_PATH
     for r in by_stage.get(S.DYNAMO_GRAPH, []):
         p = r.get("payload")
         if isinstance(p, dict) and isinstance(p.get("backend"), str):
@@ -1701,12 +1713,17 @@ def _off_path(stages: dict[str, dict[str, Any]], stage_order: list[str], backend
         return bool((stages.get(st) or {}).get("observed"))
 
     why = f"not on this compile's path ({'torch.export' if backend == EXPORT_PATH else f'backend: {backend}'})"
+    if backend == DIRECT_PATH:
+        why = ("not on this compile's path (the program called Inductor itself, standalone_compile or compile_fx: "
+               "no Dynamo, no source frame)")
     out: dict[str, str] = {}
     inductor_ran = any(fired(st) for st in S.INDUCTOR_STAGES)
     for st in stage_order:
         if st not in S.STAGES or fired(st):
             continue
-        if st in S.INDUCTOR_STAGES and not inductor_ran:
+        if backend == DIRECT_PATH and st in (S.SOURCE, S.DYNAMO_GRAPH, S.EXPORT_GRAPH):
+            out[st] = why
+        elif st in S.INDUCTOR_STAGES and not inductor_ran:
             # Whether or not its hooks resolved: Inductor's modules are not even imported with aot_eager.
             out[st] = why
         elif st in S.PATH_STAGES and (not hooks or st in installed):

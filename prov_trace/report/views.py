@@ -399,6 +399,10 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
     sec.blocks.append(_headline(g, titles, "OpSpec" if _is_spyre(model) else "kernel", raised))
     if g.get("backend") == "torch.export":
         sec.blocks.append(Para(["An exported program (", Code("torch.export"), "); what compiled it is in the stages below."]))
+    elif g.get("backend") == "Inductor, called directly":
+        sec.blocks.append(Para(["A graph the program handed Inductor itself (", Code("torch._inductor.standalone_compile"),
+                                " or ", Code("compile_fx"), ", outside Dynamo): no source frame or Dynamo graph is on "
+                                "its path, and its nodes carry the stack traces of whatever traced it."]))
     elif g.get("backend"):
         sec.blocks.append(Para(["Dynamo handed this graph to the ", Code(g["backend"]), " backend."]))
     where = break_site(g.get("graph_break"))
