@@ -109,28 +109,9 @@ class Progress:
         label = graph_label(record)
         payload = record.get("payload")
         if stage in schema.SIDE_STAGES:  # not a stage's objects: why a compile stopped, a graph break, a notice
-            from prov_trace.report.text import break_site, error_summary, graph_break_summary, limit_summary
-
-            payload = payload if isinstance(payload, dict) else {}
-            if stage == schema.NOTICE:  # what prov-trace's settings did to the program: said once
-                notice = payload.get("notice") if isinstance(payload.get("notice"), dict) else {}
-                said = notice.get("text") if isinstance(notice.get("text"), str) else None
-                if said is None or said in self.said_once:
-                    return
-                self.said_once.add(said)
-            elif stage == schema.GRAPH_BREAK:
-                brk = payload.get("graph_break")
-                brk = {**brk, "summary": graph_break_summary(brk)} if isinstance(brk, dict) else None
-                where = break_site(brk)
-                if where is None:
-                    return
-                said = f"graph break at {where}: {brk['summary']}"
-                if said in self.said_once:  # a recompile of the frame breaks there again: said once
-                    return
-                self.said_once.add(said)
-            else:
-                limit = limit_summary(payload.get("limit"))
-                said = limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
+            said = self._side_line(stage, payload if isinstance(payload, dict) else {})
+            if said is None:
+                return
             with self._lock:
                 if self.tty and self._line:
                     self._write("\r\x1b[K")
@@ -146,6 +127,28 @@ class Progress:
             elif (label, stage) not in self.shown:
                 self.shown.add((label, stage))
                 self._write(self._text(label, stage, n, unit) + "\n")
+
+    def _side_line(self, stage: str, payload: dict[str, Any]) -> str | None:
+        """The line for a record of no stage: why a compile stopped (each time), a graph break site or a notice
+        (once each: a recompile breaks at the same line again); None for nothing to say."""
+        from prov_trace.report.text import break_site, error_summary, graph_break_summary, limit_summary
+
+        if stage == schema.COMPILE_ERROR:
+            limit = limit_summary(payload.get("limit"))
+            return limit or f"the compile raised {error_summary(payload.get('error')) or 'an exception'}"
+        if stage == schema.GRAPH_BREAK:
+            brk = payload.get("graph_break")
+            brk = {**brk, "summary": graph_break_summary(brk)} if isinstance(brk, dict) else None
+            where = break_site(brk)
+            said = f"graph break at {where}: {brk['summary']}" if where is not None and brk else None
+        else:
+            notice = payload.get("notice") if isinstance(payload.get("notice"), dict) else {}
+            said = notice.get("text") if isinstance(notice.get("text"), str) else None
+        with self._lock:
+            if said is None or said in self.said_once:
+                return None
+            self.said_once.add(said)
+        return said
 
     def _text(self, label: str, stage: str, n: int, unit: tuple[str, str] = _OBJECT) -> str:
         elapsed = self.clock() - self.t0

@@ -201,8 +201,9 @@ _PART_STAGES = frozenset(schema.INDUCTOR_STAGES) | {schema.AOT_GRAPH}
 def _aot_id(stage: str, frame: types.FrameType) -> int | None:
     """The AOT autograd compile this stage runs in (its ``aot_config.aot_id``), from AOT's own state: the AOT
     graph's frame holds the config; Inductor's later stages run while AOT names the graph it is compiling
-    (``graph_being_compiled``, ``"<aot_id>_forward"``, also at a lazy backward's compile); pre-grad runs
-    before AOT starts, so it takes the id AOT will give next. None where none can be read."""
+    (``graph_being_compiled``, ``"<aot_id>_forward"``, also at a lazy backward's compile); pre-grad runs inside
+    AOT's entry (a frame above holds the config) or, on older torch, just before it (the id AOT gives next).
+    None where none can be read."""
     try:
         if stage == schema.AOT_GRAPH:
             aot_id = getattr(frame.f_locals.get("aot_config"), "aot_id", None)
@@ -289,8 +290,7 @@ def _context(stage: str, frame: types.FrameType, retval: Any, state: dict) -> tu
     elif cid is None and _aot_compiling():
         cid = EXPORT_ID  # AOTInductor, on a program exported before tracing started
     elif cid is None:
-        return _direct_id(state, stage, frame), (None if stage == schema.PRE_GRAD else
-                                                 aot_graph_kind(frame) if stage == schema.AOT_GRAPH else graph_kind(frame))
+        cid = _direct_id(state, stage, frame)  # the program called Inductor itself
     if stage in (schema.PRE_GRAD, schema.DYNAMO_GRAPH):
         # The Dynamo graph, before AOT autograd splits it: shared by every graph of this compile id.
         return cid, None
