@@ -916,3 +916,37 @@ def test_a_graph_the_program_hands_inductor_itself_is_not_called_an_export(tmp_p
     md = prov_trace.load(path).to_markdown()
     assert "An exported program" not in md
     assert md.count("A graph the program handed Inductor itself (`torch._inductor.standalone_compile` or `compile_fx`") == 2
+
+
+def test_ddp_buckets_are_parts_of_one_dynamo_graph(tmp_path_factory):
+    """DDPOptimizer (torch.compile of a DDP module) splits Dynamo's graph at DDP's gradient buckets and compiles
+    each bucket's part apart: one graph per part, forward and backward, named for the optimizer's method."""
+    def body(torch, m):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        store = tmp_path_factory.mktemp("pg") / "store"
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        try:
+            class Three(torch.nn.Module):  # the model's own code: Dynamo skips a frame of torch.nn's
+                def __init__(self):
+                    super().__init__()
+                    self.a, self.b, self.c = (torch.nn.Linear(512, 512) for _ in range(3))
+
+                def forward(self, x):
+                    return self.c(torch.tanh(self.b(torch.relu(self.a(x)))))
+
+            # 1 MB buckets (DDP's first bucket is 1 MB): each 512x512 layer's gradient is a bucket of its own.
+            torch.compile(DDP(Three(), bucket_cap_mb=1))(torch.randn(4, 512)).sum().backward()
+        finally:
+            dist.destroy_process_group()
+
+    path, model = _trace(tmp_path_factory, "ddp_parts", body)
+    graphs = [g for g in model["graphs"] if g["backend"] == "DDPOptimizer.compile_fn"]
+    cids = list(dict.fromkeys(g["compile_id"] for g in graphs))
+    assert len(cids) == 3 and cids[1:] == [f"{cids[0]}.2", f"{cids[0]}.3"], [g["label"] for g in model["graphs"]]
+    assert sorted(g["kind"] for g in graphs) == ["backward"] * 3 + ["forward"] * 3
+    # Each part holds one layer's addmm in its forward; the three together are the Dynamo graph's three linears.
+    addmm = [sum(1 for o in g["stages"][S.POST_GRAD]["objects"] if o["name"].startswith("addmm"))
+             for g in graphs if g["kind"] == "forward"]
+    assert addmm == [1, 1, 1], addmm

@@ -32,6 +32,10 @@ def backend_name(output_graph: Any) -> str | None:
     if fn is None:
         return None
     name = getattr(fn, "__name__", None) or getattr(fn, "compiler_name", None)
+    owner = getattr(fn, "__self__", None)
+    if name is not None and owner is not None and not isinstance(owner, type(sys)):
+        # A bound method names its class: DDPOptimizer.compile_fn, which splits the graph at DDP's buckets.
+        name = f"{type(owner).__qualname__}.{name}"
     return safe_str(name, 200) if name is not None else safe_str(type(fn).__qualname__, 200)
 
 
