@@ -1374,8 +1374,9 @@ def build(trace: Trace) -> ReportModel:
                 p = r.get("payload") or {}
                 frames_without_graph.append({"compile_id": cid, "file": p.get("file"), "line": p.get("first_line"),
                                              "qualname": p.get("qualname"), "stopped_in": None,
-                                             # A break that ended an empty graph (right after another break).
-                                             "graph_break": breaks.get(cid)})
+                                             # A break that ended an empty graph (right after another break);
+                                             # none where the frame's compile raised (Dynamo gave the frame up).
+                                             "graph_break": breaks.get(cid) if cid not in raised else None})
             continue
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
