@@ -950,3 +950,28 @@ def test_ddp_buckets_are_parts_of_one_dynamo_graph(tmp_path_factory):
     addmm = [sum(1 for o in g["stages"][S.POST_GRAD]["objects"] if o["name"].startswith("addmm"))
              for g in graphs if g["kind"] == "forward"]
     assert addmm == [1, 1, 1], addmm
+
+
+def test_a_lazy_backward_after_a_reset_is_its_forwards_graph(tmp_path_factory):
+    """Inductor compiles a backward graph at the first backward call. After a torch._dynamo.reset() (a new round
+    of compile ids: 0/0#2) that backward took the new round's id, as if another compile's. Its AOT autograd
+    compile is its forward's, so it keeps the forward's id."""
+    def body(torch, m):
+        class Sin(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                return torch.sin(self.fc(x))
+
+        out = torch.compile(Sin())(torch.randn(2, 4)).sum()  # the forward; the backward waits
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(Sin())(torch.randn(2, 4))  # the new round's 0/0
+        out.backward()
+
+    path, model = _trace(tmp_path_factory, "lazy_after_reset", body)
+    graphs = {g["label"]: g for g in model["graphs"]}
+    assert sorted(graphs) == ["0/0 backward", "0/0 forward", "0/0#2 inference"], sorted(graphs)
+    assert graphs["0/0 backward"]["stages"][S.KERNEL_SPEC]["observed"]  # compiled at the backward call, after the reset

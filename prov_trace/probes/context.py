@@ -239,17 +239,21 @@ _MAX_AOT_WALK = 40
 def _part(state: dict, cid: str, stage: str, frame: types.FrameType) -> str:
     """Dynamo's compile id, or for the second and later parts of a graph the backend split (DDPOptimizer's
     buckets, a piecewise backend calling Inductor per part), ``0/0.2``, ``0/0.3``: each part is an AOT autograd
-    compile of its own (its forward and backward share it), so its objects are not mixed with the others'."""
+    compile of its own (its forward and backward share it), so its objects are not mixed with the others'.
+    An AOT compile keeps the id its first stage took: a backward Inductor compiles lazily, at the first
+    backward, after a ``torch._dynamo.reset()`` that started a new round of ids, is still its forward's."""
     if stage not in _PART_STAGES:
         return cid
     aot_id = _aot_id(stage, frame)
     if aot_id is None:
         return cid
+    taken = state.setdefault("aot_ids", {})
+    if aot_id in taken:
+        return taken[aot_id]
     parts = state.setdefault("parts", {}).setdefault(cid, [])
-    if aot_id not in parts:
-        parts.append(aot_id)
-    n = parts.index(aot_id) + 1
-    return cid if n == 1 else f"{cid}.{n}"
+    parts.append(aot_id)
+    taken[aot_id] = cid if len(parts) == 1 else f"{cid}.{len(parts)}"
+    return taken[aot_id]
 
 
 def _after_resets(state: dict, cid: str, starts: bool) -> str:
@@ -259,7 +263,7 @@ def _after_resets(state: dict, cid: str, starts: bool) -> str:
     records would join the first ``0/0``'s graph. Dynamo starts each id once (``_compile``, the Source
     hook, ``starts``); an id that starts again is the first of a new round of compiles. The ids of the
     second round read ``0/0#2``, of the third ``0/0#3``. (A backward graph compiled lazily, at the first
-    backward after a reset, takes the new round's id.)"""
+    backward after a reset, is told apart by its AOT compile: `_part`.)"""
     started = state.setdefault("started_ids", set())
     if starts:
         if cid in started:
