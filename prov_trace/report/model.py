@@ -669,39 +669,34 @@ def _mark_split_by_aot(graphs: list[dict[str, Any]]) -> None:
 def _mark_split_parts(graphs: list[dict[str, Any]]) -> None:
     """A line Dynamo's graph carries whose ops the backend compiled in another part of that graph (DDPOptimizer's
     buckets, a piecewise backend): every part shares the Dynamo graph, so the line reads as lost after it in
-    the parts that do not hold its ops. Not a loss: say which part holds it."""
-    by_dynamo: dict[Any, list[dict[str, Any]]] = {}
-    for g in _first_of_compile(graphs).values():
-        by_dynamo.setdefault(dynamo_compile(g["compile_id"]), []).append(g)
-    for parts in by_dynamo.values():
-        if len(parts) < 2:
+    the parts that do not hold its ops. Not a loss: say which part holds it. Each part's graphs say which part
+    they are."""
+    by_dynamo: dict[Any, list[Any]] = {}
+    for cid in _first_of_compile(graphs):
+        by_dynamo.setdefault(dynamo_compile(cid), []).append(cid)
+    for part_ids in by_dynamo.values():
+        if len(part_ids) < 2:
             continue
-        ids = {p["compile_id"] for p in parts}
-        labels = [p["compile_id"] for p in parts]
-        for g in graphs:
-            if g["compile_id"] in ids:
-                n = labels.index(g["compile_id"]) + 1
-                g["notes"].append(
-                    f"The backend ({g.get('backend') or 'its compiler'}) split Dynamo's graph {labels[0]} and compiled "
-                    f"it in {len(parts)} parts, each an AOT autograd and Inductor compile of its own: this is part "
-                    f"{n} ({', '.join(x for x in labels if x != g['compile_id'])} the other{'s' if len(parts) > 2 else ''}). "
-                    "The parts share the source and the Dynamo graph.")
-        beyond = {}
-        for g in graphs:
-            if g["compile_id"] in ids:
-                for r in g["survival"]:
-                    if r["last_stage"] is not None and r["last_stage"] not in DYNAMO_STAGES:
-                        labels = beyond.setdefault((r["file"], r["line"]), [])
-                        if g["label"] not in labels:
-                            labels.append(g["label"])
-        for g in graphs:
-            if g["compile_id"] not in ids:
-                continue
+        members = [g for g in graphs if g["compile_id"] in part_ids]
+        carried: dict[tuple, list[str]] = {}  # a line -> the parts' graphs that carry it past the Dynamo graph
+        for g in members:
+            n = part_ids.index(g["compile_id"]) + 1
+            others = [x for x in part_ids if x != g["compile_id"]]
+            g["notes"].append(
+                f"The backend ({g.get('backend') or 'its compiler'}) split Dynamo's graph {part_ids[0]} and compiled "
+                f"it in {len(part_ids)} parts, each an AOT autograd and Inductor compile of its own: this is part "
+                f"{n} ({', '.join(others)} the other{'s' if len(others) > 1 else ''}). "
+                "The parts share the source and the Dynamo graph.")
+            for r in g["survival"]:
+                if r["last_stage"] is not None and r["last_stage"] not in DYNAMO_STAGES:
+                    labels = carried.setdefault((r["file"], r["line"]), [])
+                    if g["label"] not in labels:
+                        labels.append(g["label"])
+        for g in members:
             for row in g["survival"]:
                 if row["note"] or row["last_stage"] not in DYNAMO_STAGES:
                     continue
-                others = [lbl for lbl in beyond.get((row["file"], row["line"]), [])
-                          if dynamo_compile(lbl.split(" ")[0]) == dynamo_compile(g["compile_id"]) and lbl != g["label"]]
+                others = [lbl for lbl in carried.get((row["file"], row["line"]), []) if lbl != g["label"]]
                 if others:
                     row["note"] = f"in graph {', '.join(others)}: the backend split Dynamo's graph and compiled the line's ops there"
                     row["lost_at"], row["lost_by"] = None, []
