@@ -684,7 +684,7 @@ def _mark_split_parts(graphs: list[dict[str, Any]]) -> None:
             others = [x for x in part_ids if x != g["compile_id"]]
             g["notes"].append(
                 f"The backend ({g.get('backend') or 'its compiler'}) split Dynamo's graph {part_ids[0]} and compiled "
-                f"it in {len(part_ids)} parts, each an AOT autograd and Inductor compile of its own: this is part "
+                f"it in {len(part_ids)} parts, each an AOT autograd compile of its own: this is part "
                 f"{n} ({', '.join(others)} the other{'s' if len(others) > 1 else ''}). "
                 "The parts share the source and the Dynamo graph.")
             for r in g["survival"]:
