@@ -531,7 +531,9 @@ def test_a_program_that_saves_its_compiled_artifact_is_told_why_it_cannot_and_ho
         "> **Notice.** torch.compiler.save\\_cache\\_artifacts() returned None")
     # What the notice says to do works: the artifact is saved, and the compile is traced to its artifact.
     kept = cli("run", "--keep-caches", "-o", str(tmp_path / "k.msgpack"), "--no-report", str(script), str(art),
-                  cwd=tmp_path, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache")})
+                  cwd=tmp_path, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-cache"),
+                                     # This test process may have turned them off for good (test_api's runs):
+                                     "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "0", "TORCH_COMPILE_FORCE_DISABLE_CACHES": "0"})
     assert kept.returncode == 0 and "saved" in kept.stdout and art.stat().st_size > 0, kept.stderr
     assert "notice" not in kept.stderr
     trace = read_trace(tmp_path / "k.msgpack")

@@ -18,10 +18,11 @@ from prov_trace.contract import NO_RECORD, ProbeCall
 
 #: The notice's text: what happened, why, and what to do.
 CACHES_OFF = ("torch.compiler.save_cache_artifacts() returned None: Inductor's caches are off (prov-trace turns them "
-              "off unless told to keep them, so that every compile reaches codegen), so torch recorded no cache "
-              "artifact, and a torch._inductor.standalone_compile artifact's save() raises. To keep them, trace "
-              "with --keep-caches (keep_caches=True in Python) and an empty TORCHINDUCTOR_CACHE_DIR, so that no "
-              "earlier run's cache entry skips a stage")
+              "off, so that every compile reaches codegen, unless run with --keep-caches; "
+              "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 turns them off too), so torch recorded no cache artifact, and a "
+              "torch._inductor.standalone_compile artifact's save() raises. To keep them, trace with --keep-caches "
+              "(keep_caches=True in Python), TORCHINDUCTOR_FORCE_DISABLE_CACHES unset and an empty "
+              "TORCHINDUCTOR_CACHE_DIR, so that no earlier run's cache entry skips a stage")
 
 
 def caches_forced_off() -> bool:
