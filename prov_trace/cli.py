@@ -373,7 +373,9 @@ def run(target: str | None, args: tuple[str, ...], module_name: str | None, outp
     Writes the trace (-o) and the Markdown report (--report), then prints a
     per-stage summary: which hooks resolved and fired, and how many objects
     each stage produced; then each compile that raised or hit Dynamo's
-    recompile limit, and each graph break with Dynamo's reason.
+    recompile limit, each graph break with Dynamo's reason, and any notice of
+    what prov-trace's own settings did to the program (with the caches off,
+    torch saves no cache artifact).
     """
     from prov_trace import api
 
