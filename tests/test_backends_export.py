@@ -975,3 +975,48 @@ def test_a_lazy_backward_after_a_reset_is_its_forwards_graph(tmp_path_factory):
     graphs = {g["label"]: g for g in model["graphs"]}
     assert sorted(graphs) == ["0/0 backward", "0/0 forward", "0/0#2 inference"], sorted(graphs)
     assert graphs["0/0 backward"]["stages"][S.KERNEL_SPEC]["observed"]  # compiled at the backward call, after the reset
+
+
+def test_a_part_whose_compile_raised_says_what_was_raised(tmp_path_factory):
+    """A split Dynamo graph whose second part fails in Inductor (here its C++ compiler is missing): Dynamo's handler
+    reads the error under the Dynamo compile's id, 0/0, and the part that stopped, 0/0.2, says what it raised."""
+    def body(torch, m):
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.passes.split_module import split_module
+
+        def piecewise(gm, example_inputs):
+            part = {"n": 0}
+
+            def split(node):
+                if node.op == "call_function" and node.target is torch.sigmoid:
+                    part["n"] += 1
+                return part["n"]
+
+            top = split_module(gm, None, split)
+            for i, (name, sub) in enumerate(list(top.named_children())):
+                inputs = [n.meta["example_value"] for n in sub.graph.nodes if n.op == "placeholder"]
+                with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)} if i else {}):
+                    compiled = compile_fx(sub, inputs)
+                delattr(top, name)
+                top.__dict__[name] = compiled
+            return top
+
+        def f(x):
+            h = torch.relu(x + 1)
+            return torch.sigmoid(h) * 2
+
+        try:
+            with torch.no_grad():
+                torch.compile(f, backend=piecewise)(torch.randn(8))
+        except Exception:  # noqa: BLE001 - the part's compile fails, as the test means it to
+            pass
+
+    path, model = _trace(tmp_path_factory, "part_raised", body)
+    graphs = {g["label"]: g for g in model["graphs"]}
+    assert sorted(graphs) == ["0/0 inference", "0/0.2 inference"], sorted(graphs)
+    stopped = graphs["0/0.2 inference"]["headline"]["stopped_in"]
+    assert stopped and stopped["error"]["type"] == "torch._inductor.exc.InductorError", stopped
+    assert "No working C++ compiler found" in stopped["error"]["inner"]["text"], stopped
+    # Part 1 compiled to its artifact; the Dynamo graph's compile, which it shares, is what did not finish.
+    first = graphs["0/0 inference"]
+    assert first["stages"][S.ARTIFACT]["observed"] and first["headline"]["stopped_in"]["stage"] == S.DYNAMO_GRAPH

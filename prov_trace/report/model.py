@@ -1420,8 +1420,10 @@ def build(trace: Trace) -> ReportModel:
     _mark_split_parts(graphs)
     _mark_model_files(graphs)
     for g, stopped in zip(graphs, _stopped_in(trace, graphs, stage_order)):
-        if stopped and g["compile_id"] in raised:
-            stopped["error"] = raised[g["compile_id"]]
+        # A part of a split Dynamo graph that raised: Dynamo's handler saw it under the Dynamo compile's id.
+        error = raised.get(g["compile_id"]) or raised.get(dynamo_compile(g["compile_id"]))
+        if stopped and error:
+            stopped["error"] = error
             if _after_codegen(stopped["error"]):
                 stopped["maybe_cut_short"] = []  # every kernel was made: the emitted code failed to compile
         if stopped and g["compile_id"] in limits:
