@@ -823,30 +823,39 @@ def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tm
     assert [ln.split("] ")[0].rsplit("[", 1)[1] for ln in breaks] == ["0/0", "1/0", "2/0"], out.getvalue()
 
 
+def _piecewise_backend(torch, config_of_part: dict | None = None):
+    """A vLLM-style piecewise backend: split Dynamo's graph before each sigmoid and compile each part with Inductor's
+    compile_fx (with the Inductor config patch `config_of_part` gives that part's index, if any)."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.passes.split_module import split_module
+
+    def piecewise(gm, example_inputs):
+        part = {"n": 0}
+
+        def split(node):
+            if node.op == "call_function" and node.target is torch.sigmoid:
+                part["n"] += 1
+            return part["n"]
+
+        top = split_module(gm, None, split)
+        for i, (name, sub) in enumerate(list(top.named_children())):
+            inputs = [n.meta["example_value"] for n in sub.graph.nodes if n.op == "placeholder"]
+            with torch._inductor.config.patch((config_of_part or {}).get(i, {})):
+                compiled = compile_fx(sub, inputs)
+            delattr(top, name)
+            top.__dict__[name] = compiled
+        return top
+
+    return piecewise
+
+
 def test_a_backend_that_splits_dynamos_graph_gets_a_graph_per_part(tmp_path_factory):
     """A backend that splits Dynamo's graph and calls Inductor per part (DDPOptimizer's buckets, vLLM's piecewise
     compile): every part ran under one Dynamo compile id, so their nodes, IR ops and kernels were mixed into one
     graph, and IR ops of the same name (each part has a buf0) counted once. Each part is an AOT autograd compile of
     its own: its graphs are 0/0.2, ..., its backward (compiled lazily, at the first backward) among them."""
     def body(torch, m):
-        from torch._inductor.compile_fx import compile_fx
-        from torch.fx.passes.split_module import split_module
-
-        def piecewise(gm, example_inputs):
-            part = {"n": 0}
-
-            def split(node):
-                if node.op == "call_function" and node.target is torch.sigmoid:
-                    part["n"] += 1
-                return part["n"]
-
-            top = split_module(gm, None, split)
-            for name, sub in list(top.named_children()):
-                inputs = [n.meta["example_value"] for n in sub.graph.nodes if n.op == "placeholder"]
-                compiled = compile_fx(sub, inputs)
-                delattr(top, name)
-                top.__dict__[name] = compiled
-            return top
+        piecewise = _piecewise_backend(torch)
 
         class Two(torch.nn.Module):
             def __init__(self):
@@ -981,25 +990,7 @@ def test_a_part_whose_compile_raised_says_what_was_raised(tmp_path_factory):
     """A split Dynamo graph whose second part fails in Inductor (here its C++ compiler is missing): Dynamo's handler
     reads the error under the Dynamo compile's id, 0/0, and the part that stopped, 0/0.2, says what it raised."""
     def body(torch, m):
-        from torch._inductor.compile_fx import compile_fx
-        from torch.fx.passes.split_module import split_module
-
-        def piecewise(gm, example_inputs):
-            part = {"n": 0}
-
-            def split(node):
-                if node.op == "call_function" and node.target is torch.sigmoid:
-                    part["n"] += 1
-                return part["n"]
-
-            top = split_module(gm, None, split)
-            for i, (name, sub) in enumerate(list(top.named_children())):
-                inputs = [n.meta["example_value"] for n in sub.graph.nodes if n.op == "placeholder"]
-                with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent/c++",)} if i else {}):
-                    compiled = compile_fx(sub, inputs)
-                delattr(top, name)
-                top.__dict__[name] = compiled
-            return top
+        piecewise = _piecewise_backend(torch, config_of_part={1: {"cpp.cxx": ("/nonexistent/c++",)}})
 
         def f(x):
             h = torch.relu(x + 1)

@@ -27,7 +27,7 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import break_frame, break_site, error_summary, limit_summary, run_breaks, target_function
+from prov_trace.report.text import break_line, break_sites, error_summary, limit_summary, target_function
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
@@ -206,15 +206,7 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
 def _check_breaks(model: dict[str, Any], rule: Rule) -> dict[str, Any]:
     """``graph_breaks OP COUNT`` over the whole run: its graph break sites (a line Dynamo broke a graph at, once
     however many compiles broke there), each named with the compiles it ended and Dynamo's reason."""
-    sites: dict[tuple, dict[str, Any]] = {}
-    for cid, brk in run_breaks(model):
-        frame = break_frame(brk)
-        if frame is None:
-            continue
-        site = sites.setdefault((frame["file"], frame["line"]), {"where": break_site(brk), "summary": brk["summary"],
-                                                                 "compile_ids": []})
-        if str(cid) not in site["compile_ids"]:
-            site["compile_ids"].append(str(cid))
+    sites = break_sites(model)
     checked = [{"graph": None, "stage": None, "breaks": len(sites)}]
     none = {"graph": None, "stage": None, "state": None, "n": len(sites), "total": 0}
     if not model["graphs"]:  # a compile that raised at a break (fullgraph=True) leaves no graph and no break
@@ -227,9 +219,8 @@ def _check_breaks(model: dict[str, Any], rule: Rule) -> dict[str, Any]:
     if rule.counts(len(sites)):
         return {"rule": rule.text, "holds": True, "checked": checked, "failures": []}
     failures = [{**none, "why": f"{len(sites)} graph break site{'s' if len(sites) != 1 else ''}:", "site": None}]
-    failures += [{**none, "why": f"[{', '.join(s['compile_ids'])}] graph break at {s['where']}: {s['summary']}",
-                  "site": {"file": file, "line": line, "compile_ids": s["compile_ids"], "summary": s["summary"]}}
-                 for (file, line), s in sites.items()]
+    failures += [{**none, "why": break_line(s), "site": {k: s[k] for k in ("file", "line", "compile_ids", "summary")}}
+                 for s in sites]
     return {"rule": rule.text, "holds": False, "checked": checked, "failures": failures}
 
 

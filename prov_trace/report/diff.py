@@ -16,7 +16,7 @@ import os
 from typing import Any, Callable
 
 from prov_trace.report import html, jsonout, markdown, views
-from prov_trace.report.text import break_frame, run_breaks
+from prov_trace.report.text import break_sites
 from prov_trace.stream import schema as S
 
 S_NA = "na"
@@ -201,11 +201,9 @@ def _breaks(m: dict[str, Any], where: Callable[[Line], Line]) -> dict[Line, dict
     reason), with the compile and Dynamo's summary. A site is compared by its line alone: a reason's text may
     name an object's address (`<function helper at 0x7f...>`), which differs from run to run."""
     out: dict[Line, dict[str, Any]] = {}
-    for cid, brk in run_breaks(m):
-        frame = break_frame(brk)
-        if frame is not None:
-            site = where((frame["file"], frame["line"]))
-            out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": cid, "summary": brk["summary"]})
+    for s in break_sites(m):
+        site = where((s["file"], s["line"]))
+        out.setdefault(site, {"file": site[0], "line": site[1], "compile_id": s["compile_ids"][0], "summary": s["summary"]})
     return out
 
 

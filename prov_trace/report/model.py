@@ -1350,7 +1350,7 @@ def build(trace: Trace) -> ReportModel:
     graphs = []
     frames_without_graph = []
     outside: dict[tuple, int] = {}
-    raised, limits, breaks = _side_records(trace)
+    raised, limits, breaks, notices = _side_records(trace)
     for (cid, kind), by_stage in _group(trace).items():
         if not any(st in S.STAGES for st in by_stage):
             # Only user probes fired here: their function ran while no compile did (no Dynamo compile id
@@ -1455,7 +1455,7 @@ def build(trace: Trace) -> ReportModel:
         "errors": errors,
         "graphs": graphs,
         "frames_without_graph": frames_without_graph,
-        "notices": _notices(trace),
+        "notices": notices,
         "outside_compile": [{"stage": st, "target": tgt, "compile_id": cid, "snapshots": n}
                             for (st, tgt, cid), n in outside.items()],
         "not_returned": not_returned,
@@ -1463,20 +1463,6 @@ def build(trace: Trace) -> ReportModel:
         "summary": _summary(graphs, hooks, stage_order, outside, _unwound(not_returned)),
         "spyre": _spyre.run_facts(trace),
     }
-
-
-def _notices(trace: Trace) -> list[dict[str, Any]]:
-    """What prov-trace's own settings did to the program, as its probes saw it (a cache artifact torch did not
-    record because the caches were off): each text once, with how many calls said it."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in trace.records:
-        if r.get("kind") != S.PROBE or r.get("stage") != S.NOTICE or not isinstance(r.get("payload"), dict):
-            continue
-        n = r["payload"].get("notice")
-        if isinstance(n, dict) and isinstance(n.get("text"), str):
-            out.setdefault(n["text"], {"kind": n.get("kind") if isinstance(n.get("kind"), str) else None,
-                                       "text": n["text"], "calls": 0})["calls"] += 1
-    return list(out.values())
 
 
 def _warnings(trace: Trace) -> list[str]:
@@ -1578,20 +1564,30 @@ def _stopped_in(trace: Trace, graphs: list[dict[str, Any]], stage_order: list[st
     return out
 
 
-def _side_records(trace: Trace) -> tuple[dict[Any, dict[str, Any]], ...]:
-    """Per compile id, from its records of no stage (`compile_error`, `graph_break`), in one pass: the exception
-    that ended its compile, as Dynamo's handler received it (the last one, should a compile id have several:
-    `type`, and `text` and `inner` where the probe could read them); the recompile limit Dynamo hit before it
-    would compile the frame again (the `torch._dynamo.config` setting's name, and its value where the probe
-    read it); and the graph break that ended its graph (the last)."""
+def _side_records(trace: Trace) -> tuple[Any, ...]:
+    """From the records of no stage, in one pass. Per compile id: the exception that ended its compile, as
+    Dynamo's handler received it (the last one, should a compile id have several: `type`, and `text` and
+    `inner` where the probe could read them); the recompile limit Dynamo hit before it would compile the frame
+    again (the `torch._dynamo.config` setting's name, and its value where the probe read it); and the graph
+    break that ended its graph (the last). And the run's notices: what prov-trace's own settings did to the
+    program (a cache artifact torch did not record because the caches were off), each text once, with how many
+    calls said it."""
     errors: dict[Any, dict[str, Any]] = {}
     limits: dict[Any, dict[str, Any]] = {}
     breaks: dict[Any, dict[str, Any]] = {}
+    notices: dict[str, dict[str, Any]] = {}
     for r in trace.records:
-        if r.get("kind") != S.PROBE or r.get("stage") not in (S.COMPILE_ERROR, S.GRAPH_BREAK) or not isinstance(
-                r.get("compile_id"), str):
+        if r.get("kind") != S.PROBE or r.get("stage") not in S.SIDE_STAGES:
             continue
         payload = r.get("payload") if isinstance(r.get("payload"), dict) else {}
+        if r["stage"] == S.NOTICE:
+            n = payload.get("notice")
+            if isinstance(n, dict) and isinstance(n.get("text"), str):
+                notices.setdefault(n["text"], {"kind": n.get("kind") if isinstance(n.get("kind"), str) else None,
+                                               "text": n["text"], "calls": 0})["calls"] += 1
+            continue
+        if not isinstance(r.get("compile_id"), str):
+            continue
         if r["stage"] == S.GRAPH_BREAK:
             brk = _break_view(payload.get("graph_break"))
             if brk is not None:
@@ -1603,7 +1599,7 @@ def _side_records(trace: Trace) -> tuple[dict[Any, dict[str, Any]], ...]:
         if isinstance(limit, dict) and isinstance(limit.get("name"), str):
             limits[r["compile_id"]] = {"name": limit["name"],
                                        "value": limit["value"] if isinstance(limit.get("value"), int) else None}
-    return errors, limits, breaks
+    return errors, limits, breaks, list(notices.values())
 
 
 #: Exceptions raised when the code Inductor emitted is compiled, which it does once codegen is done (the C++

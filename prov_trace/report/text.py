@@ -157,3 +157,25 @@ def run_breaks(model: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
     found += [(f.get("compile_id"), f["graph_break"]) for f in model.get("frames_without_graph") or []
               if f.get("graph_break")]
     return sorted(found, key=lambda item: _compile_order(item[0]))
+
+
+def break_sites(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's graph break sites, in compile order: each line Dynamo broke a graph at, once however many compiles
+    broke there (a compile's forward and backward share one; a recompile breaks at the same line again), with
+    `file`, `line`, `where` (``f.py:7 (in f)``), Dynamo's `summary` and the `compile_ids` it ended."""
+    sites: dict[tuple, dict[str, Any]] = {}
+    for cid, brk in run_breaks(model):
+        frame = break_frame(brk)
+        if frame is None:
+            continue
+        site = sites.setdefault((frame["file"], frame["line"]), {
+            "file": frame["file"], "line": frame["line"], "where": break_site(brk), "summary": brk["summary"],
+            "compile_ids": []})
+        if str(cid) not in site["compile_ids"]:
+            site["compile_ids"].append(str(cid))
+    return list(sites.values())
+
+
+def break_line(site: dict[str, Any]) -> str:
+    """A break site in one line: ``[0/0, 0/1] graph break at f.py:7 (in f): <Dynamo's reason>``."""
+    return f"[{', '.join(site['compile_ids'])}] graph break at {site['where']}: {site['summary']}"

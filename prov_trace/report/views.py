@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
-from prov_trace.report.text import (MAX_TEXT, basename, break_frame, break_site, clean, cut, error_summary, first_line, run_breaks,
-                                    limit_summary, short_path, target_function)
+from prov_trace.report.text import (MAX_TEXT, basename, break_line, break_site, break_sites, clean, cut, error_summary,
+                                    first_line, limit_summary, short_path, target_function)
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -934,11 +934,10 @@ def _line_marks(model: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
         for m in file_marks.values():
             if m["last"]:
                 m["note"] = None
-    for _, brk in run_breaks(model):  # a line Dynamo broke the graph at: its note gives Dynamo's reason
-        frame = break_frame(brk)
-        m = marks.get(frame["file"], {}).get(frame["line"]) if frame else None
-        if m and m["note"] and "(Dynamo: " not in m["note"]:
-            m["note"] = f"{m['note']} (Dynamo: {brk['summary']})"
+    for site in break_sites(model):  # a line Dynamo broke the graph at: its note gives Dynamo's reason
+        m = marks.get(site["file"], {}).get(site["line"])
+        if m and m["note"]:
+            m["note"] = f"{m['note']} (Dynamo: {site['summary']})"
     # The model's files first (the survival rows say whose a file is), the one with most carried lines first;
     # then library and framework files.
     carried = {p: sum(1 for m in lines.values() if m["last"]) for p, lines in marks.items()}
@@ -1138,15 +1137,8 @@ MAX_BREAK_LINES = 5
 def _break_lines(model: dict[str, Any]) -> list[str]:
     """One summary line per graph break: where, Dynamo's reason, and the compiles it ended (a compile's forward
     and backward graphs share one; a recompile of the frame breaks at the same line again)."""
-    said: dict[tuple[str, str], list[str]] = {}
-    for cid, brk in run_breaks(model):
-        where = break_site(brk)
-        if where:
-            cids = said.setdefault((where, brk["summary"]), [])
-            if str(cid) not in cids:
-                cids.append(str(cid))
-    out = [f"  [{', '.join(cids)}] graph break at {where}: {why}"
-           for (where, why), cids in list(said.items())[:MAX_BREAK_LINES]]
+    said = break_sites(model)
+    out = [f"  {break_line(site)}" for site in said[:MAX_BREAK_LINES]]
     if len(said) > MAX_BREAK_LINES:
         out.append(f"  and {len(said) - MAX_BREAK_LINES} more graph breaks (the report lists them)")
     return out
