@@ -637,6 +637,7 @@ def run(target: str | None, args: Iterable[str] = (), *, module: str | None = No
         log(f"this process is rank {rank} of a multi-process job: its trace is {output}"
             + (f" and its report {report}" if report is not None else "") + f" (give {voice.given('-o', 'DIR/')} for every rank's "
             "stream in one directory)")
+    _refuse_report_named_trace(output)
     files.check_writable(output, "trace")
     fmt = None
     if report is not None:
@@ -848,6 +849,21 @@ def _cwd() -> str | None:
         return os.getcwd()
     except OSError:  # the directory was removed
         return None
+
+
+def _refuse_report_named_trace(output: str) -> None:
+    """`prov-trace run -o audit.md`: -o names the trace stream, and `prov-trace report` takes -o for the
+    report, so a report's suffix on the trace path is almost always the report meant. Refused before the
+    program runs, rather than writing msgpack into a file named for Markdown, HTML or JSON."""
+    from prov_trace.report.formats import NAMES, SUFFIXES
+
+    named = SUFFIXES.get(os.path.splitext(output)[1].lower())
+    if named is None:
+        return
+    stem = os.path.splitext(output)[0]
+    raise UsageError(f"{voice.opt('-o')} names the trace (a msgpack stream), but {output} has a {NAMES[named]} "
+                     f"report's suffix: write {voice.given('--report', output)} for the report, and give "
+                     f"{voice.opt('-o')} a .msgpack path ({stem}.msgpack) for the trace, or leave it out")
 
 
 def _checked_outputs(kind: str, target: str | None, module: str | None, output: str, report: str | None,

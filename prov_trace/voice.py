@@ -34,7 +34,7 @@ def sign(rank: int | None) -> None:
 KEYWORDS = {
     "--input-shape": "input_shape", "--dtype": "dtype", "--device": "device", "--torch-spyre": "torch_spyre",
     "--profile": "profile", "--tool-id": "tool_id", "--no-follow": "follow=False", "--no-report": "report=None",
-    "-o": "output", "-m": "module", "--help": "help(prov_trace.run)",
+    "-o": "output", "--report": "report", "-m": "module", "--help": "help(prov_trace.run)",
 }
 
 _on_command_line: contextvars.ContextVar[bool] = contextvars.ContextVar("prov_trace_command_line", default=False)

@@ -57,6 +57,13 @@ def test_unwritable_outputs_are_refused_before_running(tmp_path):
     # An empty path (an unset shell variable) says so; it read "could not write the report to : Is a directory".
     _one_error_line(cli("run", "--report", "", str(script), cwd=tmp_path), "the report path is empty")
     _one_error_line(cli("report", str(script), "-o", "", cwd=tmp_path), "the report path is empty")
+    # `prov-trace report` takes -o for the report, so `run -o audit.md` is a likely slip: it wrote the msgpack
+    # stream into audit.md, and the report to provenance_audit.md.
+    for name in ("audit.md", "audit.HTML", "audit.json"):
+        proc = cli("run", "-o", name, str(script), cwd=tmp_path)
+        _one_error_line(proc, f"--report {name} for the report")
+        assert "(audit.msgpack)" in proc.stderr, proc.stderr
+        assert not (tmp_path / name).exists()
     assert not (tmp_path / "ran").exists()
 
 
