@@ -775,6 +775,41 @@ def test_a_graph_break_in_training_is_said_once_per_compile_in_dynamos_words(tmp
     assert "(in forward)" in said[0] and f"test_backends_export.py:{fw['graph_break']['stack'][-1]['line']}" in said[0]
 
 
+def test_a_graph_break_inside_a_library_names_the_programs_line_that_called_it(tmp_path_factory):
+    """A break inside an installed package's function (here `.item()` in a helper of a package under a
+    site-packages directory) happens on a line the user cannot change: the site says which line of the
+    program's own called it, and a package's __init__.py is named with its package."""
+    lib = tmp_path_factory.mktemp("libbreak") / "site-packages"
+    (lib / "padlib").mkdir(parents=True)
+    (lib / "padlib" / "__init__.py").write_text("def scale(x):\n    m = x.abs().max().item()\n    return x / m\n")
+    sys.path.insert(0, str(lib))
+    try:
+        import padlib
+
+        def body(torch, m):
+            def f(x):
+                h = x * 2
+                return padlib.scale(h).relu()
+
+            torch.compile(f, backend="aot_eager")(torch.randn(4))
+
+        path, model = _trace(tmp_path_factory, "lib_break", body)
+    finally:
+        sys.path.remove(str(lib))
+        sys.modules.pop("padlib", None)
+    src = Path(__file__).read_text().splitlines()
+    call = next(i + 1 for i, s in enumerate(src) if s.strip() == "return padlib.scale(h).relu()")
+    from prov_trace.report.text import break_sites
+    (site, *_) = break_sites(model)
+    assert site["file"].endswith("padlib/__init__.py") and site["line"] == 2, site
+    assert site["where"] == f"padlib/__init__.py:2 (in scale), from test_backends_export.py:{call} (in f)", site
+    from prov_trace.report.views import summary_lines
+    assert any(ln.startswith(f"  [0/0, 1/0] graph break at {site['where']}: Unsupported Tensor.item()")
+               for ln in summary_lines(model)), summary_lines(model)
+    # A break on the program's own line names that line alone.
+    assert all(", from " not in s["where"] for s in break_sites(model) if not s["file"].endswith("__init__.py"))
+
+
 def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tmp_path_factory):
     """Two breaks in a row: the second ends an empty graph, which Dynamo hands to no backend, so no Dynamo graph
     record holds its reason. The graph break hook reads it where Dynamo ends the graph: the frame that compiled

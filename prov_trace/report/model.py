@@ -18,7 +18,7 @@ from prov_trace.contract import RETURN
 from prov_trace.report import lineage as _lineage
 from prov_trace.report import spyre as _spyre
 from prov_trace.report.readers import read_stage
-from prov_trace.report.text import basename, first_line, graph_break_summary, target_function
+from prov_trace.report.text import basename, first_line, graph_break_summary, is_library_path, target_function
 from prov_trace.stream import schema
 from prov_trace.stream.reader import Trace
 
@@ -531,18 +531,6 @@ def _survival(stages: dict[str, dict[str, Any]], stage_order: list[str]) -> list
             "user": True,  # set for the whole report by _mark_model_files
         })
     return rows
-
-
-_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "\\site-packages\\")
-_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
-
-
-def is_library_path(path: Any) -> bool:
-    """Whether a path is an installed package's, the standard library's or generated code's (``<string>``).
-    Read from the path alone: the report may be built on another machine."""
-    if not isinstance(path, str) or not path or path.startswith("<"):
-        return True
-    return any(m in path for m in _LIBRARY_MARKERS) or bool(_STDLIB.search(path))
 
 
 #: torch's own installed files: framework code, never the model's, even where the compile carries their lines

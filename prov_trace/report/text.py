@@ -20,6 +20,18 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_TEXT = 2000
 MAX_JSON_TEXT = 64 * 1024
 
+#: Where installed packages and the standard library live: a path holding one is not the program's own.
+_LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "\\site-packages\\")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
+
+
+def is_library_path(path: Any) -> bool:
+    """Whether a path is an installed package's, the standard library's or generated code's (``<string>``).
+    Read from the path alone: the report may be built on another machine."""
+    if not isinstance(path, str) or not path or path.startswith("<"):
+        return True
+    return any(m in path for m in _LIBRARY_MARKERS) or bool(_STDLIB.search(path))
+
 
 def target_function(target: Any) -> str:
     """A hook target's qualified name without its module: ``GraphLowering.compile_to_module``."""
@@ -135,13 +147,29 @@ def break_frame(brk: Any) -> dict[str, Any] | None:
                  if isinstance(f.get("file"), str) and isinstance(f.get("line"), int)), None)
 
 
+def _frame_site(frame: dict[str, Any]) -> str:
+    """A frame as ``file.py:7 (in f)``; a package's ``__init__.py`` with its package (``padlib/__init__.py``)."""
+    name = basename(frame["file"])
+    if name in ("__init__.py", "__main__.py"):
+        name = short_path(frame["file"])
+    return f"{name}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
+
+
 def break_site(brk: dict[str, Any] | None) -> str | None:
-    """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. None
-    when the graph did not end at a graph break, or its reason names no line."""
+    """Where a graph break happened, as ``file.py:7 (in f)``: the innermost frame of Dynamo's reason. Where that
+    frame is a library's and an outer one is not, the line of the program's own that led there follows it
+    (``helpers.py:40 (in pad), from model.py:12 (in forward)``): the line a user can change. None when the graph
+    did not end at a graph break, or its reason names no line."""
     frame = break_frame(brk)
     if frame is None:
         return None
-    return f"{basename(frame['file'])}:{frame['line']}" + (f" (in {frame['func']})" if frame.get("func") else "")
+    site = _frame_site(frame)
+    if is_library_path(frame["file"]):
+        own = next((f for f in reversed(brk.get("stack") or []) if isinstance(f.get("file"), str)
+                    and isinstance(f.get("line"), int) and not is_library_path(f["file"])), None)
+        if own is not None:
+            site += f", from {_frame_site(own)}"
+    return site
 
 
 def _compile_order(cid: Any) -> tuple:
