@@ -307,7 +307,7 @@ def g(x):
 
 
 def my_backend(gm, example_inputs):
-    raise RuntimeError("my backend cannot do this")
+    raise RuntimeError("my backend cannot do this.")
 
 
 try:
@@ -339,7 +339,7 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
     assert "prov-trace: [1/0] the compile raised Unsupported: Attempted to wrap RNN, GRU, or LSTM\n" in proc.stderr
     # And in the summary at the end, which --quiet keeps: one line per compile that raised.
     assert proc.stdout.endswith("\n  [0/0] the compile raised BackendCompilerFailed, from RuntimeError: my "
-                                "backend cannot do this\n  [1/0] the compile raised Unsupported: Attempted to wrap "
+                                "backend cannot do this.\n  [1/0] the compile raised Unsupported: Attempted to wrap "
                                 "RNN, GRU, or LSTM\n"), proc.stdout
     (skipped,) = [f["stopped_in"] for f in prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
                   if f["qualname"] == "h"]
@@ -356,10 +356,10 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
                        "maybe_cut_short": []}
     # The backend's own exception, which Dynamo wraps: a builtin one whose argument is a string is read.
     assert error["type"] == "torch._dynamo.exc.BackendCompilerFailed", error
-    assert error["inner"] == {"type": "builtins.RuntimeError", "text": "my backend cannot do this"}, error
+    assert error["inner"] == {"type": "builtins.RuntimeError", "text": "my backend cannot do this."}, error
     assert ("Its compile did not finish: it stopped inside `OutputGraph._call_user_compiler` (Dynamo graph's hook), "
             "whose call did not return: it raised BackendCompilerFailed, from RuntimeError: my backend cannot do "
-            "this.") in (tmp_path / "r.md").read_text()
+            "this. ") in (tmp_path / "r.md").read_text()  # the exception's own full stop is not doubled
 
 
 NO_COMPILER = """\

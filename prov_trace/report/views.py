@@ -292,7 +292,7 @@ def _raised_clause(stopped: dict[str, Any]) -> str:
     clause = f": it raised {said}" if said else ""
     if limit:
         clause += f" ({limit})" if said else f": {limit}"
-    return clause
+    return clause.rstrip(".")  # the sentence goes on (", and the run ended ...") or ends with its own full stop
 
 
 def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
