@@ -193,7 +193,8 @@ def nested(tmp_path_factory):
 def altered_graphs(tmp_path_factory):
     """Compiles that change the graph on its way: freezing (a line that reads only parameters is folded into a
     constant, under an autocast region), a training step under compiled autograd, flex_attention, whose
-    score_mod AOT autograd traces again, then torch.func's vmap and grad, whose calls AOT autograd runs."""
+    score_mod AOT autograd traces again and whose mask_mod its template computes inline, then torch.func's vmap
+    and grad, whose calls AOT autograd runs."""
     def body(torch, m):
         class Folded(torch.nn.Module):
             def __init__(self):
@@ -226,6 +227,18 @@ def altered_graphs(tmp_path_factory):
 
         with torch.no_grad():
             torch.compile(attend)(*(torch.randn(1, 2, 16, 8) for _ in range(3)))
+
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def causal(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        def masked(q, k, v, block_mask):
+            return flex_attention(q, k, v, block_mask=block_mask)
+
+        with torch.no_grad():
+            torch.compile(masked)(*(torch.randn(1, 2, 128, 16) for _ in range(3)),
+                                  create_block_mask(causal, 1, 1, 128, 128, device="cpu"))
 
         def score(x, w):
             return (x @ w).sin().sum()
@@ -623,6 +636,33 @@ def test_a_subgraph_aot_traces_again_names_the_line_its_nodes_carry_instead(alte
     assert loss["kind"] == (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
                             f"test_backends_export.py:{call['line']} (the call's line), not this one"), loss
     assert loss["objects"] == [o["name"] for o in again]
+
+
+def test_a_nested_graph_a_template_computes_inline_names_the_op_and_links_its_nodes(altered_graphs):
+    """flex_attention's mask_mod is a nested graph whose nodes carry the mask function's line through post-grad;
+    the CPU flex-attention template computes it inside its kernel, and the template's IR op lists the graph's
+    get_attr (`sdpa_mask0`) in its origins, not the nodes in it. The report ranked the mask line as 'removed: no
+    object here comes from the line's carriers', and the lineage drew nothing from its nodes."""
+    _, model = altered_graphs
+    g = next(g for g in model["graphs"] if any(r["text"] == "return flex_attention(q, k, v, block_mask=block_mask)"
+                                                for r in g["survival"]))
+    mask = _row_of(g, "return q_idx >= kv_idx")
+    assert (mask["last_stage"], mask["lost_at"], mask["lost_by"]) == (S.POST_GRAD, S.IR_PRE, []), mask
+    carriers = [o for o in g["stages"][S.POST_GRAD]["objects"] if o["name"] in mask["carriers"][S.POST_GRAD]]
+    (attr,) = [o for o in g["stages"][S.POST_GRAD]["boundary"] if o.get("subgraph") is not None
+               and o["subgraph"] == carriers[0]["graph_id"]]
+    ops = [o for o in g["stages"][S.IR_PRE]["objects"] if attr["name"] in o["origins"]]
+    assert len(ops) == 1, ops
+    loss = _loss_of(g, mask)
+    assert loss["kind"] == (f"nested graph computed inline: an IR op ({ops[0]['kind']}) computes the nested graph "
+                            f"that holds the line's nodes ({attr['name']}), but its origins name that graph's "
+                            "get_attr, not the nodes in it, so the stack traces carry only the call's line"), loss
+    assert loss["objects"] == [ops[0]["name"]], loss
+    lin = g["lineage"]
+    ids = {n["id"]: n for n in lin["nodes"]}
+    linked = {(ids[e["from"]]["name"], ids[e["to"]]["name"], e["via"]) for e in lin["edges"]
+              if ids[e["from"]]["stage"] == S.POST_GRAD and ids[e["to"]]["stage"] == S.IR_PRE}
+    assert {(o["name"], ops[0]["name"], "also_in_origins") for o in carriers} <= linked, linked
 
 
 def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):

@@ -204,7 +204,25 @@ def snapshot_node(node: Any) -> dict[str, Any]:
         out["cut_inputs"] = len(inputs) - MAX_NAMES
     if len(meta) > MAX_META_KEYS:
         out["cut_meta_keys"] = len(meta) - MAX_META_KEYS
+    if node.op == "get_attr":
+        sub = _subgraph_of(node)
+        if sub is not None:
+            out["subgraph"] = id(sub)
     return out
+
+
+def _subgraph_of(node: Any) -> Any:
+    """The FX graph a ``get_attr`` node names, when it names a nested GraphModule (a flex_attention mask or score
+    function, a torch.cond branch); else None (a parameter, a buffer, a constant)."""
+    owner = getattr(node.graph, "owning_module", None)
+    if owner is None or not isinstance(node.target, str):
+        return None
+    try:
+        sub = owner.get_submodule(node.target)
+    except Exception:  # noqa: BLE001 - a parameter or buffer, not a module
+        return None
+    graph = getattr(sub, "graph", None)
+    return graph if hasattr(graph, "nodes") else None
 
 
 #: Bound on the depth of nested graphs followed (a branch of a torch.cond inside a while_loop's body ...).

@@ -10,8 +10,9 @@ FX pre-grad        ``source``                      the node's own source line (i
 FX post-grad       ``from_node``                   the node's ``from_node`` chain (name *and* graph id)
 LoopLevelIR pre    ``origin_node``                 the op's ``origin_node``: the node whose value it is
 LoopLevelIR pre    ``also_in_origins``             the op's other ``origins``: nodes Inductor lists there
-                                                   (an input it realised, an op computed inline); a side
-                                                   link, not a lowering of that node
+                                                   (an input it realised, an op computed inline), and the
+                                                   nodes of a nested graph one of them names (a template's
+                                                   mask function); a side link, not a lowering of that node
 LoopLevelIR pre    ``origins``                     an op with no ``origin_node``: its ``origins``
 LoopLevelIR post   ``name``                        the same buffer name before the passes, else as above
 Kernel spec        ``member``                      the IR ops the kernel holds
@@ -148,10 +149,12 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     post_objs = [o for o in objects(S.POST_GRAD) if o.get("kind") not in _BOUNDARY]
     post_ids: dict[Any, str] = {}
     post_keys: dict[tuple[Any, Any], str] = {}  # (graph id, name): a nested graph's nodes share names with others
+    in_graph: dict[Any, list[str]] = {}  # graph id -> its nodes, for a get_attr naming a nested graph
     for o in post_objs:
         nid = add_node(S.POST_GRAD, o["name"], o, target=o.get("target"))
         post_ids.setdefault(o["name"], nid)
         post_keys[(o.get("graph_id"), o["name"])] = nid
+        in_graph.setdefault(o.get("graph_id"), []).append(nid)
         linked = False
         for root in o.get("from_node") or []:
             pid = pre_keys.get((root.get("graph_id"), root.get("name")))
@@ -168,6 +171,13 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         # the post-grad stage did not read).
         return post_keys.get((graph, name)) or post_ids.get(name)
 
+    # An origin that is a get_attr naming a nested graph (flex_attention's mask function): the op computes that
+    # graph inline, and its nodes are side links of the op, as the other nodes in its origins are.
+    nested: dict[Any, list[str]] = {}
+    for o in (stages.get(S.POST_GRAD) or {}).get("boundary", []) if observed(S.POST_GRAD) else []:
+        if o.get("kind") == "get_attr" and o.get("subgraph") in in_graph:
+            nested.setdefault(o["name"], []).extend(in_graph[o["subgraph"]])
+
     def link_origins(o: dict[str, Any], nid: str) -> bool:
         origins = o.get("origins") or []
         graphs = o.get("origin_graphs") or []
@@ -182,6 +192,8 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
             if pid is not None and pid != primary:
                 add_edge(pid, nid, "also_in_origins" if primary is not None else "origins")
                 linked = True
+            for pid in nested.get(n, ()) if primary is not None else ():
+                add_edge(pid, nid, "also_in_origins")
         return linked
 
     ir_pre_ids: dict[Any, str] = {}

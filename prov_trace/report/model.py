@@ -1077,6 +1077,25 @@ def _retraced_nested(g: dict[str, Any], row: dict[str, Any],
     return ([o["name"] for o in again], lines) if again and lines else None
 
 
+def _inlined_subgraph(g: dict[str, Any], row: dict[str, Any],
+                      index: dict[str, Any]) -> tuple[list[str], list[str], list[str]] | None:
+    """A line carried only by a nested graph's nodes (flex_attention's mask or score function) and lost at the
+    first IR stage after the FX stages, because one IR op computes that graph inline (a template kernel): the op's
+    `origins` name the graph's get_attr in the outer graph, not the nodes in it. The ops' names, their kinds and
+    the get_attr names, else None."""
+    last, lost = row["last_stage"], row["lost_at"]
+    if last not in S.FX_STAGES or lost not in (S.IR_PRE, S.IR_POST):
+        return None
+    gids = {o.get("graph_id") for o in _carriers_at(g, row, last, index)} - {None}
+    if not gids:
+        return None
+    attrs = [o["name"] for o in (g["stages"].get(last) or {}).get("boundary", []) if o.get("subgraph") in gids]
+    ops = [o for o in (g["stages"].get(lost) or {}).get("objects", []) if set(o.get("origins") or []) & set(attrs)]
+    if not ops:
+        return None
+    return [o["name"] for o in ops], list(dict.fromkeys(str(o.get("kind")) for o in ops)), attrs
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -1100,6 +1119,7 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         folded = r["lost_by"] == [] and st == S.POST_GRAD and not noop and _folded_by_freezing(g, r)
         unwrapped = st == S.AOT_GRAPH and ca_unwrapped
         retraced = _retraced_nested(g, r, carriers_index) if r["lost_by"] == [] and not unwrapped else None
+        inlined = _inlined_subgraph(g, r, carriers_index) if r["lost_by"] == [] else None
         functorch = (_functorch_bookkeeping(g, r, carriers_index) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
                      and not retraced else None)
         stopped = g["headline"].get("stopped_in") or {}
@@ -1112,6 +1132,12 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
             elif retraced:
                 kind = (f"nested graph traced again: AOT autograd traced the subgraph anew, and its nodes carry "
                         f"{', '.join(retraced[1])} (the call's line), not this one")
+            elif inlined:
+                ops, kinds, attrs = inlined
+                kind = (f"nested graph computed inline: {'an IR op' if len(ops) == 1 else 'IR ops'} ({', '.join(kinds)}) "
+                        f"compute{'s' if len(ops) == 1 else ''} the nested graph that holds the line's nodes "
+                        f"({', '.join(attrs)}), but {'its' if len(ops) == 1 else 'their'} origins name that graph's "
+                        "get_attr, not the nodes in it, so the stack traces carry only the call's line")
             elif functorch:
                 calls, fed = functorch
                 kind = (f"torch.func transform: the line's nodes are its bookkeeping calls ({', '.join(calls[:4])}"
@@ -1135,7 +1161,7 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
                 grp["lines"].append((r["file"], r["line"]))
             if name is not None and name not in grp["objects"]:
                 grp["objects"].append(name)
-            for n in (retraced[0] if retraced and name is None else []):
+            for n in ((retraced[0] if retraced else inlined[0] if inlined else []) if name is None else []):
                 if n not in grp["objects"]:
                     grp["objects"].append(n)
     ranked = sorted(groups.values(), key=lambda grp: -len(grp["lines"]))

@@ -102,6 +102,8 @@ def fx_objects(records: list[dict[str, Any]], stage_records: list[dict[str, Any]
                 "sources": [node["source"]] if node.get("source") else [],
                 "graph_id": gid,
             }
+            if node.get("subgraph") is not None:  # a get_attr naming a nested graph: that graph's id
+                objs[key]["subgraph"] = node["subgraph"]
     return Read(list(objs.values()))
 
 

@@ -210,7 +210,7 @@ _IR_FIELDS = {"origins": _field(("list", "str")), "origin_node": _field("str"),
               "get_stack_traces": _field(("list", "str"))}
 _FX_NODE = {
     "name": "str", "op": "str", "target": "str", "inputs": ("list", "str"), "meta_keys": ("list", "str"),
-    "fields": ("map", _FIELD, _FX_FIELDS), "source": _SRC, "graph_id": "key",
+    "fields": ("map", _FIELD, _FX_FIELDS), "source": _SRC, "graph_id": "key", "subgraph": "key",
 }
 _FX = {"graph_id": "key", "node_count": "int", "nodes": ("list", _FX_NODE), "cut_nodes": "int", "cut_reason": "str",
        "is_inference": "bool"}
