@@ -74,6 +74,21 @@ def test_diff_matches_a_source_file_at_another_path_and_lines_an_edit_moved(mlp_
     assert md.split("### Source lines whose survival moved", 1)[1].strip() == "No change."
 
 
+def test_diff_pairs_files_of_one_name_by_the_path_they_end_with():
+    """Two checkouts, each with `models/a/model.py` and `models/b/model.py`: the files were paired only when a
+    name was unique on each side, so neither pair was compared. A tie still pairs nothing."""
+    from prov_trace.report.diff import _pair_files
+
+    a = {"/ci/x/models/a/model.py", "/ci/x/models/b/model.py", "/ci/x/train.py", "/same/util.py"}
+    b = {"/home/y/src/models/a/model.py", "/home/y/src/models/b/model.py", "/home/y/src/train.py", "/same/util.py"}
+    assert _pair_files(a, b) == {"/home/y/src/models/a/model.py": "/ci/x/models/a/model.py",
+                                 "/home/y/src/models/b/model.py": "/ci/x/models/b/model.py",
+                                 "/home/y/src/train.py": "/ci/x/train.py"}
+    assert _pair_files({"/x/a/model.py", "/x/b/model.py"}, {"/y/c/model.py"}) == {}  # which one: no telling
+    assert _pair_files({"/x/a/model.py"}, {"/y/c/model.py"}) == {"/y/c/model.py": "/x/a/model.py"}
+    assert _pair_files({"C:\\w\\m\\model.py"}, {"/w/m/model.py", "/w/n/model.py"}) == {"/w/m/model.py": "C:\\w\\m\\model.py"}
+
+
 def test_diff_a_line_whose_text_an_edit_changed_is_removed_and_added_not_the_same_line(mlp_run):
     """On the pure function: B's line 19 says something else than A's line 19 and matches no other line of A."""
     a = mlp_run.model()

@@ -48,14 +48,42 @@ def _source_files(m: dict[str, Any]) -> set[str]:
     return {r["file"] for g in m["graphs"] for r in g["survival"] if isinstance(r.get("file"), str)}
 
 
+def _parts(path: str) -> list[str]:
+    return [p for p in path.replace("\\", "/").split("/") if p]
+
+
+def _shared_tail(a: list[str], b: list[str]) -> int:
+    """How many trailing path parts two paths share (``models/a/model.py`` and ``x/models/a/model.py``: 3)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
 def _pair_files(files_a: set[str], files_b: set[str]) -> dict[str, str]:
     """B's path -> A's, for a source file the traces name at different paths (another checkout, another
-    machine): paired when it is the only file of that name on each side that the other side lacks."""
-    by_name: dict[str, tuple[list[str], list[str]]] = {}
-    for side, files in ((0, files_a - files_b), (1, files_b - files_a)):
-        for f in sorted(files):
-            by_name.setdefault(os.path.basename(f), ([], []))[side].append(f)
-    return {bs[0]: as_[0] for as_, bs in by_name.values() if len(as_) == 1 and len(bs) == 1}
+    machine, another virtual environment): of the files only one side names, each is paired with the file of
+    the other side whose path ends the same way for the most parts, when that file is the only one that close
+    and it is its best match too. Two `model.py` files, `a/model.py` and `b/model.py`, pair each with its own."""
+    only_a, only_b = sorted(files_a - files_b), sorted(files_b - files_a)
+    parts = {f: _parts(f) for f in (*only_a, *only_b)}
+
+    def best(f: str, others: list[str]) -> str | None:
+        scores = [(_shared_tail(parts[f], parts[o]), o) for o in others]
+        top = max((n for n, _ in scores), default=0)
+        hits = [o for n, o in scores if n == top]
+        return hits[0] if top >= 1 and len(hits) == 1 else None
+
+    by_name: dict[str, list[str]] = {}  # only files of one name can pair: compare within a name
+    for f in only_a:
+        by_name.setdefault(parts[f][-1] if parts[f] else f, []).append(f)
+    pairs = {}
+    for b in only_b:
+        cands = by_name.get(parts[b][-1] if parts[b] else b, [])
+        a = best(b, cands)
+        if a is not None and best(a, [o for o in only_b if parts[o][-1:] == parts[a][-1:]]) == b:
+            pairs[b] = a
+    return pairs
 
 
 Line = tuple[Any, Any]
