@@ -138,6 +138,14 @@ def test_survival_rows_say_what_they_are(mlp_run, graph_break_run):
     assert "| in graph 1/0 inference | — |" in md
     assert "| no op on this line | — |" in md
     assert "| graph break: runs in Python | — |" in md and "never attached" not in md
+    # The Hooks table tells calls from records: the recompile limit's hook ran at both compiles and wrote
+    # nothing (it read as a compile error that "fired" twice); the graph break hook wrote one of its calls.
+    hooks = {h["target"].rpartition(":")[2]: h for h in report.model["hooks"]}
+    limit, ended = hooks["exceeds_recompile_limit"], hooks["OutputGraph.compile_subgraph"]
+    assert (limit["fired"], limit["records"]) == (2, 0) and (ended["fired"], ended["records"]) == (2, 1), hooks
+    compiled = hooks["OutputGraph._call_user_compiler"]
+    assert compiled["records"] == compiled["fired"] == 2, compiled
+    assert "| `torch._dynamo.cache_size:exceeds_recompile_limit` | Compile error | return | ✅ | ✅ | 2 | 0 | 0 |" in md
 
 
 def test_from_node_actions_read_as_torch_prints_them(mlp_run):

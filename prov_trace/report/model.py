@@ -165,6 +165,8 @@ class HookStatus(TypedDict, total=False):
     resolved: bool
     installed: bool
     fired: int
+    #: The records its probe wrote (a side hook, called at every compile, writes one only when something happened).
+    records: int
     errors: int
     reason: str | None
 
@@ -1352,7 +1354,12 @@ def _cuts(trace: Trace) -> list[dict[str, Any]]:
 
 def build(trace: Trace) -> ReportModel:
     """The whole report as plain data."""
-    hooks = trace.hooks()
+    written: dict[tuple, int] = {}  # each hook's records, by target and stage: a side hook writes few of its calls
+    for r in trace.records:
+        if r.get("kind") == S.PROBE:
+            key = (r.get("target"), r.get("stage"))
+            written[key] = written.get(key, 0) + 1
+    hooks = [{**h, "records": written.get((h.get("target"), h.get("stage")), 0)} for h in trace.hooks()]
     profile = trace.header.get("profile") if isinstance(trace.header.get("profile"), str) else None
     # A path's own stage (the export graph, the Dynamo graph, AOT's graphs) shows once a record has it.
     recorded = {r.get("stage") for r in trace.records if r.get("kind") in (S.PROBE, S.ERROR)}

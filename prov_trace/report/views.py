@@ -876,10 +876,14 @@ def _hooks(model: dict[str, Any]) -> Section:
     titles = {**S.STAGE_TITLES, **model["stage_titles"]}
     rows = [Row([Code(hk.get("target")), titles.get(hk.get("stage"), str(hk.get("stage"))), str(hk.get("event")),
                  Sym("yes" if hk.get("resolved") else "no"), Sym("yes" if hk.get("installed") else "no"),
-                 str(hk.get("fired", 0)), str(hk.get("errors", 0)),
-                 str(hk.get("reason") or "; ".join(map(str, hk.get("notes") or [])) or "")])
+                 str(hk.get("fired", 0)), "" if hk.get("records") is None else str(hk["records"]),
+                 str(hk.get("errors", 0)), str(hk.get("reason") or "; ".join(map(str, hk.get("notes") or [])) or "")])
             for hk in model["hooks"]]
-    return Section("Hooks", 2, [Table(["Target", "Stage", "Event", "Resolved", "Installed", "Fired", "Errors", "Notes"], rows)])
+    return Section("Hooks", 2, [
+        Para(["Fired counts the calls of each hooked function while the trace ran, Records the snapshots its probe "
+              "wrote. A side hook (compile error, graph break, notice) is called at every compile and writes a record "
+              "only when something happened: a call with no record is a compile it found nothing in."]),
+        Table(["Target", "Stage", "Event", "Resolved", "Installed", "Fired", "Records", "Errors", "Notes"], rows)])
 
 
 # --- the source and code views -------------------------------------------------------------------
