@@ -171,9 +171,11 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         # the post-grad stage did not read).
         return post_keys.get((graph, name)) or post_ids.get(name)
 
-    # An origin that is a get_attr naming a nested graph (flex_attention's mask function): the op computes that
-    # graph inline, and its nodes are side links of the op, as the other nodes in its origins are.
+    # An origin that is a get_attr naming a nested graph (flex_attention's mask function) whose nodes no op is
+    # made from: the op computes that graph inline, and its nodes are side links of the op, as the other nodes in
+    # its origins are. (A torch.cond's branches are lowered to ops of their own, linked as any op is.)
     nested: dict[Any, list[str]] = {}
+    inline: list[tuple[Any, str]] = []  # (get_attr name, op): filled by link_origins
     for o in (stages.get(S.POST_GRAD) or {}).get("boundary", []) if observed(S.POST_GRAD) else []:
         if o.get("kind") == "get_attr" and o.get("subgraph") in in_graph:
             nested.setdefault(o["name"], []).extend(in_graph[o["subgraph"]])
@@ -192,8 +194,8 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
             if pid is not None and pid != primary:
                 add_edge(pid, nid, "also_in_origins" if primary is not None else "origins")
                 linked = True
-            for pid in nested.get(n, ()) if primary is not None else ():
-                add_edge(pid, nid, "also_in_origins")
+            if n in nested and primary is not None:
+                inline.append((n, nid))
         return linked
 
     ir_pre_ids: dict[Any, str] = {}
@@ -202,6 +204,12 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         ir_pre_ids.setdefault(o["name"], nid)
         if not link_origins(o, nid):
             link_sources(o, nid)
+    lowered = {e["from"] for e in edges if nodes[e["to"]]["stage"] == S.IR_PRE}
+    for attr, nid in inline:
+        if not lowered & set(nested[attr]):
+            for pid in nested[attr]:
+                add_edge(pid, nid, "also_in_origins")
+    inline.clear()  # the post-pass ops' origins: the same graphs, linked once through the pre-pass ops
 
     # LoopLevelIR after the passes: the same buffer, else (a buffer a pass made) its origins.
     ir_post_ids: dict[Any, str] = {}
