@@ -99,6 +99,9 @@ class Progress:
         self.counts: dict[tuple[str, str, str], int] = {}
         self.shown: set[tuple[str, str]] = set()
         self.said_once: set[str] = set()
+        #: A graph break said once its compile goes on: Dynamo also ends a graph at a break in a frame it then
+        #: gives up on (an LSTM), whose compile raises next and which the summary lists as raised, not as broken.
+        self.held: tuple[Any, str, str] | None = None
         self._line = False
         self._lock = threading.Lock()
 
@@ -108,15 +111,20 @@ class Progress:
             return
         label = graph_label(record)
         payload = record.get("payload")
+        with self._lock:
+            held, self.held = self.held, None
+        if held is not None and not (stage == schema.COMPILE_ERROR and record.get("compile_id") == held[0]):
+            self._say(held[1], held[2])
         if stage in schema.SIDE_STAGES:  # not a stage's objects: why a compile stopped, a graph break, a notice
             said = self._side_line(stage, payload if isinstance(payload, dict) else {})
             if said is None:
                 return
-            with self._lock:
-                if self.tty and self._line:
-                    self._write("\r\x1b[K")
-                    self._line = False
-                self._write(f"{voice.name()}: {said}\n" if stage == schema.NOTICE else f"{voice.name()}: [{label}] {said}\n")
+            line = f"{voice.name()}: {said}\n" if stage == schema.NOTICE else f"{voice.name()}: [{label}] {said}\n"
+            if stage == schema.GRAPH_BREAK:
+                with self._lock:
+                    self.held = (record.get("compile_id"), said, line)
+                return
+            self._say(said, line, once=stage != schema.COMPILE_ERROR)
             return
         unit = payload_unit(payload)
         with self._lock:
@@ -129,8 +137,8 @@ class Progress:
                 self._write(self._text(label, stage, n, unit) + "\n")
 
     def _side_line(self, stage: str, payload: dict[str, Any]) -> str | None:
-        """The line for a record of no stage: why a compile stopped (each time), a graph break site or a notice
-        (once each: a recompile breaks at the same line again); None for nothing to say."""
+        """The line for a record of no stage: why a compile stopped, a graph break site or a notice; None for
+        nothing to say. `_say` writes the last two once each."""
         from prov_trace.report.text import break_site, error_summary, graph_break_summary, limit_summary
 
         if stage == schema.COMPILE_ERROR:
@@ -144,11 +152,19 @@ class Progress:
         else:
             notice = payload.get("notice") if isinstance(payload.get("notice"), dict) else {}
             said = notice.get("text") if isinstance(notice.get("text"), str) else None
-        with self._lock:
-            if said is None or said in self.said_once:
-                return None
-            self.said_once.add(said)
         return said
+
+    def _say(self, said: str, line: str, once: bool = True) -> None:
+        """Write a side line on a line of its own; with `once`, only the first time (a recompile breaks at the
+        same line again)."""
+        with self._lock:
+            if once and said in self.said_once:
+                return
+            self.said_once.add(said)
+            if self.tty and self._line:
+                self._write("\r\x1b[K")
+                self._line = False
+            self._write(line)
 
     def _text(self, label: str, stage: str, n: int, unit: tuple[str, str] = _OBJECT) -> str:
         elapsed = self.clock() - self.t0
@@ -167,7 +183,12 @@ class Progress:
             pass
 
     def close(self) -> None:
-        """Clear the terminal line, so prov-trace's next message starts on a clean line."""
+        """Say a graph break still held, and clear the terminal line, so prov-trace's next message starts on a
+        clean line."""
+        with self._lock:
+            held, self.held = self.held, None
+        if held is not None:
+            self._say(held[1], held[2])
         with self._lock:
             if self.tty and self._line:
                 self._write("\r\x1b[K")
