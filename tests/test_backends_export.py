@@ -896,6 +896,17 @@ def test_a_graph_break_right_after_another_is_read_though_no_graph_carries_it(tm
             progress(r)
     breaks = [ln for ln in out.getvalue().splitlines() if "graph break at" in ln]
     assert [ln.split("] ")[0].rsplit("[", 1)[1] for ln in breaks] == ["0/0", "1/0", "2/0"], out.getvalue()
+    # A break is said once its compile goes on (a frame Dynamo gives up on breaks, then raises); a run that ends
+    # right after one still says it, when the trace stops.
+    probes = [r for r in read_trace(path).records if r.get("kind") == "probe"]
+    last = max(i for i, r in enumerate(probes) if r.get("stage") == "graph_break")
+    out = io.StringIO()
+    progress = Progress(out, tty=False)
+    for r in probes[:last + 1]:
+        progress(r)
+    assert "[2/0] graph break at" not in out.getvalue(), out.getvalue()
+    progress.close()
+    assert "[2/0] graph break at" in out.getvalue(), out.getvalue()
 
 
 def _piecewise_backend(torch, config_of_part: dict | None = None):
