@@ -1091,8 +1091,11 @@ def _inlined_subgraph(g: dict[str, Any], row: dict[str, Any],
     gids = {o.get("graph_id") for o in _carriers_at(g, row, last, index)} - {None}
     if not gids:
         return None
+    objs = (g["stages"].get(lost) or {}).get("objects", [])
+    if any(o.get("origin_node_graph") in gids or gids & set(o.get("origin_graphs") or []) for o in objs):
+        return None  # the graph is lowered to ops of its own (a torch.cond's branch): not computed inline
     attrs = [o["name"] for o in (g["stages"].get(last) or {}).get("boundary", []) if o.get("subgraph") in gids]
-    ops = [o for o in (g["stages"].get(lost) or {}).get("objects", []) if set(o.get("origins") or []) & set(attrs)]
+    ops = [o for o in objs if set(o.get("origins") or []) & set(attrs)]
     if not ops:
         return None
     return [o["name"] for o in ops], list(dict.fromkeys(str(o.get("kind")) for o in ops)), attrs
