@@ -365,6 +365,22 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
             "this. ") in (tmp_path / "r.md").read_text()  # the exception's own full stop is not doubled
 
 
+def test_a_run_whose_only_frame_dynamo_gave_up_on_says_its_lines_ran_uncompiled(tmp_path):
+    """Dynamo gives an LSTM's frame up: the run compiles nothing, and the source section said "The trace names no
+    file of the model's own" under a Counts section naming that frame at its file and line."""
+    (tmp_path / "l.py").write_text("import torch\nlstm = torch.nn.LSTM(4, 4)\n\n\ndef h(x):\n    return lstm(x)[0]\n\n\n"
+                                   "print(torch.compile(h)(torch.randn(2, 3, 4)).shape)\n")
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "l.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0 and "torch.Size([2, 3, 4])" in proc.stdout, proc.stdout + proc.stderr
+    proc = cli("report", str(tmp_path / "t.msgpack"), "-o", "-")
+    counts = proc.stdout.split("## Counts", 1)[1].split("\n## ", 1)[0]
+    assert "Frames Dynamo compiled that produced no graph: 0/0 `h`" in counts, counts
+    source = proc.stdout.split("## The model's source, line by line", 1)[1].split("\n## ", 1)[0]
+    assert ("No line of the model's own holds an op: the frames Dynamo compiled produced no graph (Counts, above), "
+            "so their lines ran uncompiled.") in source, source
+    assert "names no file of the model's own" not in source
+
+
 NO_COMPILER = """\
 import torch
 import torch._inductor.config as cfg

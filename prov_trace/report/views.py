@@ -978,7 +978,13 @@ def _source_section(model: dict[str, Any], texts: dict[str, Any] | None) -> Sect
                             "by the last stage its provenance reached, and click a line to list its FX nodes, IR ops "
                             "and kernels; the generated code below links each kernel back to its lines. "
                             "(In Markdown: the tables only; write the report as .html for the views.)"]))
-    sec.blocks.append(Table(headers, rows[:len(user)]) if user else Para(["The trace names no file of the model's own."]))
+    if user:
+        sec.blocks.append(Table(headers, rows[:len(user)]))
+    elif model.get("frames_without_graph") and not model.get("graphs"):  # it names their files, with no op in them
+        sec.blocks.append(Para(["No line of the model's own holds an op: the frames Dynamo compiled produced no "
+                                "graph (Counts, above), so their lines ran uncompiled."]))
+    else:
+        sec.blocks.append(Para(["The trace names no file of the model's own."]))
     if library:
         sec.blocks.append(Section(f"Library and framework files ({len(library)})", 3,
                                   [Table(headers, rows[len(user):])], collapsed=True))
