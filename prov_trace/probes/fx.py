@@ -214,14 +214,18 @@ def snapshot_node(node: Any) -> dict[str, Any]:
 def _subgraph_of(node: Any) -> Any:
     """The FX graph a ``get_attr`` node names, when it names a nested GraphModule (a flex_attention mask or score
     function, a torch.cond branch); else None (a parameter, a buffer, a constant)."""
-    owner = getattr(node.graph, "owning_module", None)
-    if owner is None or not isinstance(node.target, str):
+    obj = getattr(node.graph, "owning_module", None)
+    if obj is None or not isinstance(node.target, str):
         return None
     try:
-        sub = owner.get_submodule(node.target)
-    except Exception:  # noqa: BLE001 - a parameter or buffer, not a module
+        for part in node.target.split("."):  # a parameter's get_attr is common: no exception raised for one
+            modules = getattr(obj, "_modules", None)
+            obj = modules.get(part) if isinstance(modules, dict) else None
+            if obj is None:
+                return None
+        graph = obj.graph if hasattr(type(obj), "graph") else None
+    except Exception:  # noqa: BLE001 - a module whose attributes raise: no nested graph read
         return None
-    graph = getattr(sub, "graph", None)
     return graph if hasattr(graph, "nodes") else None
 
 
