@@ -81,6 +81,19 @@ def test_bad_files_get_one_sentence_and_exit_2(tmp_path, content, needle):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_report_given_where_a_trace_belongs_says_which_file_to_give(mlp_run, tmp_path):
+    """`prov-trace report audit.md` (the report, not its trace): the sentence said only that it is not a trace."""
+    for fmt in ("md", "html", "json"):
+        name = f"audit.{fmt}"
+        cli("report", str(mlp_run.trace), "-o", str(tmp_path / name), check=True)
+        proc = cli("check", str(tmp_path / name), "--require", "graph_breaks<=0")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.rstrip().endswith(
+            f"{tmp_path / name} is not a prov-trace trace: it does not start with a prov-trace header record; its "
+            f"name is a {({'md': 'Markdown', 'html': 'HTML', 'json': 'JSON'})[fmt]} report's: give the trace a "
+            "report was built from (`prov-trace run -o`, prov-trace.msgpack by default)"), proc.stderr
+
+
 def test_missing_trace_and_directory(tmp_path):
     with pytest.raises(TraceReadError, match="there is no file"):
         read_trace(tmp_path / "nope.msgpack")

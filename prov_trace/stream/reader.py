@@ -157,9 +157,16 @@ def read_stream(f: BinaryIO, size: int | None, path: str = "<stream>") -> Trace:
                  unknown_kinds=unknown, trailing=max(trailing, 0))
 
 
+#: The suffixes of prov-trace's reports (report/formats.py): a file with one given where a trace belongs.
+_REPORT_SUFFIXES = {".md": "Markdown", ".html": "HTML", ".htm": "HTML", ".json": "JSON"}
+
+
 def _check_header(path: str, obj: Any) -> None:
     if not isinstance(obj, dict) or obj.get("kind") != schema.HEADER or obj.get("schema") != schema.SCHEMA_NAME:
-        raise TraceReadError(f"{path} is not a prov-trace trace: it does not start with a prov-trace header record")
+        kind = _REPORT_SUFFIXES.get(os.path.splitext(str(path))[1].lower())
+        hint = (f"; its name is a {kind} report's: give the trace a report was built from (`prov-trace run -o`, "
+                "prov-trace.msgpack by default)" if kind else "")
+        raise TraceReadError(f"{path} is not a prov-trace trace: it does not start with a prov-trace header record{hint}")
     version = obj.get("version")
     if not (isinstance(version, list) and len(version) == 2 and all(type(v) is int and v >= 0 for v in version)):
         raise TraceReadError(f"{path} has a malformed header: its schema version is {reprlib.repr(version)}, "
