@@ -162,9 +162,12 @@ def test_inputs_that_do_not_fit_the_model_are_bad_input_not_a_traceback(tmp_path
     (err,) = _errors(proc)
     assert ("Sequential fails on the inputs from --input-shape 2,5 without compiling too (RuntimeError: mat1 and "
             "mat2 shapes cannot be multiplied (2x5 and 16x32))") in err, err
-    # Dynamo's exception is not dumped: the live progress names it in one line, as it happens.
-    assert "prov-trace: [0/0] the compile raised TorchRuntimeError: RuntimeError when making fake tensor call\n" \
-        in proc.stderr, proc.stderr
+    # Dynamo's exception is not dumped: the live progress names it in one line, as it happens, with Dynamo's
+    # explanation (the line said only "RuntimeError when making fake tensor call").
+    said = next(ln for ln in proc.stderr.splitlines() if ln.startswith("prov-trace: [0/0] the compile raised "))
+    assert said.startswith("prov-trace: [0/0] the compile raised TorchRuntimeError: RuntimeError when making fake "
+                           "tensor call: Dynamo failed to run FX node with fake tensors: call_function"), said
+    assert said.endswith("got RuntimeError('a and b must have same reduction dim, but got [2, 5] X [16, 32].')"), said
     assert proc.stderr.count("TorchRuntimeError") == 1, proc.stderr
     # Dynamo's frame conversion was entered (the Source hook's one event) and exited by the exception.
     assert re.search(r"^  Source +NO RESULT +hooks 2/2 resolved, 1 event, 0 objects, 1 call raised \(the compile "
@@ -273,7 +276,8 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     (tmp_path / "fg.py").write_text(FULLGRAPH_BREAK)
     proc = cli("run", "--report", "r.md", "-o", "t.msgpack", "fg.py", cwd=tmp_path, env=LIGHT)
     # Live, as Dynamo handles it: the one line that says why this frame compiled nothing.
-    assert "prov-trace: [0/0] the compile raised Unsupported: Failed to trace builtin operator\n" in proc.stderr
+    assert ("prov-trace: [0/0] the compile raised Unsupported: Failed to trace builtin operator: Dynamo does not know "
+            "how to trace builtin operator `print` with argument types ['str'] (has_kwargs False)\n") in proc.stderr
     assert proc.returncode == 3 and "caught: Unsupported" in proc.stdout, proc.stdout + proc.stderr
     lines = {ln.split()[0] + (" " + ln.split()[1] if ln.split()[0] in ("FX", "Kernel") else ""): ln
              for ln in proc.stdout.splitlines() if ln.startswith("  ") and not ln.startswith("      ")}
@@ -292,10 +296,13 @@ def test_a_compile_that_fails_in_dynamo_reads_as_not_reached_not_as_drift(tmp_pa
     assert error["type"] == "torch._dynamo.exc.Unsupported" and "inner" not in error, error
     assert error["text"].startswith("Failed to trace builtin operator\n") and "`print`" in error["text"], error
     assert ("(its compile stopped inside `_compile`, whose call did not return: it raised Unsupported: Failed to "
-            "trace builtin operator)" in (tmp_path / "r.md").read_text())
+            "trace builtin operator: Dynamo does not know how to trace builtin operator \\`print\\`"
+            in (tmp_path / "r.md").read_text())
     checked = prov_trace.load(tmp_path / "t.msgpack").check("kernel_spec:origins=all")
     assert checked.failures[0]["why"] == ("the trace holds no graph: nothing was compiled (the compile stopped inside "
-                                          "_compile: it raised Unsupported: Failed to trace builtin operator)"), checked.text
+                                          "_compile: it raised Unsupported: Failed to trace builtin operator: Dynamo "
+                                          "does not know how to trace builtin operator `print` with argument types "
+                                          "['str'] (has_kwargs False))"), checked.text
 
 
 BACKEND_RAISES = """\
@@ -336,20 +343,22 @@ def test_a_custom_backend_that_raises_reads_as_a_compile_that_did_not_finish(tmp
     # A frame Dynamo skipped with no exception reaching the program: the trace is the only place that says why,
     # live and in the report.
     assert "eager: torch.Size([2, 3, 4])" in proc.stdout
-    assert "prov-trace: [1/0] the compile raised Unsupported: Attempted to wrap RNN, GRU, or LSTM\n" in proc.stderr
+    assert ("prov-trace: [1/0] the compile raised Unsupported: Attempted to wrap RNN, GRU, or LSTM: Dynamo does not "
+            "support RNN, GRU, or LSTM.\n") in proc.stderr
     # Dynamo ends a graph at the LSTM before it gives the frame up: that break is not said live, as the summary
     # does not list it (the frame compiled nothing; its compile raised).
     assert "[1/0] graph break" not in proc.stderr, proc.stderr
     # And in the summary at the end, which --quiet keeps: one line per compile that raised.
     assert proc.stdout.endswith("\n  [0/0] the compile raised BackendCompilerFailed, from RuntimeError: my "
                                 "backend cannot do this.\n  [1/0] the compile raised Unsupported: Attempted to wrap "
-                                "RNN, GRU, or LSTM\n"), proc.stdout
+                                "RNN, GRU, or LSTM: Dynamo does not support RNN, GRU, or LSTM.\n"), proc.stdout
     (skipped,) = [f["stopped_in"] for f in prov_trace.load(tmp_path / "t.msgpack").model["frames_without_graph"]
                   if f["qualname"] == "h"]
     assert skipped["error"]["type"] == "torch._dynamo.exc.Unsupported", skipped
     assert skipped["error"]["text"].startswith("Attempted to wrap RNN, GRU, or LSTM\n"), skipped
     assert ("b.py:19` (its compile stopped inside `_compile`, whose call did not return: it raised "
-            "Unsupported: Attempted to wrap RNN, GRU, or LSTM)") in (tmp_path / "r.md").read_text()
+            "Unsupported: Attempted to wrap RNN, GRU, or LSTM: Dynamo does not support RNN, GRU, or LSTM)") in \
+        (tmp_path / "r.md").read_text()
     assert re.search(r"^  Dynamo graph +fired .*, 1 call did not return$", proc.stdout, re.M), proc.stdout
     (graph,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
     assert graph["headline"]["unobserved"] == []

@@ -96,15 +96,18 @@ def first_line(detail: Any, limit: int = 200) -> str:
 
 
 def error_summary(err: dict[str, Any] | None) -> str | None:
-    """A compile's exception in one line: its class and its text's first line, and for a backend's failure
+    """A compile's exception in one line: its class, its text's first line and Dynamo's explanation where it gives
+    one ("TorchRuntimeError: RuntimeError when making fake tensor call: Dynamo failed to run FX node with fake
+    tensors: ... got RuntimeError('a and b must have same reduction dim ...')"), and for a backend's failure
     (`inner`) the backend's own exception, e.g. "BackendCompilerFailed, from CppCompileError: C++ compile error"."""
     if not isinstance(err, dict) or not isinstance(err.get("type"), str):
         return None
 
     def one(e: dict[str, Any]) -> str:
         name = e["type"].rpartition(".")[2]
-        first = first_line(e["text"]) if isinstance(e.get("text"), str) else ""
-        return f"{name}: {first}" if first else name
+        text = e["text"] if isinstance(e.get("text"), str) else ""
+        first = first_line(text) if text else ""
+        return f"{name}: {_explained(first, text)}" if first else name
 
     inner = err.get("inner")
     if isinstance(inner, dict) and isinstance(inner.get("type"), str):
@@ -132,10 +135,14 @@ def graph_break_summary(brk: Any) -> str | None:
     reason = brk.get("reason") if isinstance(brk, dict) else None
     if not isinstance(reason, str) or not reason.strip():
         return None
-    head = first_line(reason, 300)
-    m = _EXPLANATION.search(reason)
-    text = f"{head.rstrip('.:')}: {m.group(1).strip()}" if m and m.group(1).strip() not in head else head
-    return text if len(text) <= 400 else text[:400] + "…"
+    return _explained(first_line(reason, 300), reason)
+
+
+def _explained(head: str, text: str) -> str:
+    """A message's first line and the ``Explanation:`` Dynamo gives under it (torch 2.7+), in 400 characters."""
+    m = _EXPLANATION.search(text)
+    out = f"{head.rstrip('.:')}: {m.group(1).strip()}" if m and m.group(1).strip() not in head else head
+    return out if len(out) <= 400 else out[:400] + "…"
 
 
 def break_frame(brk: Any) -> dict[str, Any] | None:
