@@ -300,7 +300,8 @@ _PATH_IN = click.Path(dir_okay=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-m", "module_name", metavar="MODULE", help="Run a module as a script, like `python -m MODULE ARGS...`.")
 @click.option("-o", "--output", default=DEFAULT_TRACE, show_default=True, metavar="TRACE", type=click.Path(),
-              help="Where to write the trace stream (msgpack). Each child process that compiles writes its own "
+              help="Where to write the trace stream (msgpack; the report is --report, and a report's suffix "
+                   "here, .md, .html or .json, is refused). Each child process that compiles writes its own "
                    "stream beside it, in TRACE's name with .procs for .msgpack (prov-trace.procs/). A directory "
                    "(a path ending in /, or an existing directory) holds every process's stream, this one's too: "
                    "rank-N.msgpack for a rank, else pid-N.msgpack. See docs/processes.md.")
