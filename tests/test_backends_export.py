@@ -665,6 +665,39 @@ def test_a_nested_graph_a_template_computes_inline_names_the_op_and_links_its_no
     assert {(o["name"], ops[0]["name"], "also_in_origins") for o in carriers} <= linked, linked
 
 
+def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decomposition(tmp_path_factory):
+    """A torch.library custom op becomes a FallbackKernel and the MultiOutput that unpacks its result: the lineage
+    listed that as a decomposition of the op's node, as if Inductor had split the op in two."""
+    import torch
+
+    name = "prov_trace_test::add_one"
+    if not hasattr(torch.ops.prov_trace_test, "add_one"):
+        @torch.library.custom_op(name, mutates_args=(), schema="(Tensor x) -> Tensor")  # this file's annotations
+        def add_one(x):                                                                   # are strings
+            return x + 1
+
+        @add_one.register_fake
+        def _(x):
+            return torch.empty_like(x)
+
+    def body(torch, m):
+        def f(x):
+            return torch.ops.prov_trace_test.add_one(x).sigmoid()
+
+        with torch.no_grad():
+            torch.compile(f)(torch.randn(4, 8))
+
+    _, model = _trace(tmp_path_factory, "custom_op", body)
+    (g,) = model["graphs"]
+    ir = {o["name"]: o for o in g["stages"][S.IR_PRE]["objects"]}
+    ids = {n["id"]: n for n in g["lineage"]["nodes"]}
+    to_ir = [(ids[e["from"]], ids[e["to"]]) for e in g["lineage"]["edges"] if e["via"] == "origin_node"]
+    op = [(a, b) for a, b in to_ir if a["name"] == "add_one"]
+    assert sorted(ir[b["name"]]["kind"] for _, b in op) == ["FallbackKernel", "MultiOutput"], op
+    assert not any(ids[d["from"]]["name"] == "add_one" for d in g["lineage"]["decompositions"]), \
+        g["lineage"]["decompositions"]
+
+
 def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):
     """`torch.vmap(score, ...)(xs, w)`: Dynamo's nodes for the line are vmap's bookkeeping calls (entering its level,
     adding and removing the batch dimension); AOT autograd runs them as it traces, and the batched ops carry

@@ -25,7 +25,8 @@ Artifact           ``name``                        the same kernel in the emitte
 
 Only the edges that say one object became another (``FLOW``) draw a line's
 flow, and only they make a decomposition: a node with several such successors in
-the next stage (``linear`` → ``permute`` + ``addmm``). A fusion is named only where
+the next stage (``linear`` → ``permute`` + ``addmm``), not counting the
+``MultiOutput`` buffers that unpack an op's outputs. A fusion is named only where
 one kernel really holds several IR ops. ``also_in_origins`` links are listed
 apart, never called a decomposition or a fusion. FX placeholders and outputs are
 graph boundaries, not ops, and are left out.
@@ -307,7 +308,10 @@ def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, 
     for nid, n in nodes.items():
         n["fan_out"] = len(succ.get(nid, []))
         n["fan_in"] = len(pred.get(nid, []))
-    decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in lowered.items() if len(b) > 1]
+    # A MultiOutput buffer picks one output of the op beside it (a fallback kernel's, a custom op's): a node lowered
+    # to that op and its MultiOutputs is one op, not a decomposition.
+    decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in lowered.items()
+                      if sum(1 for n in b if nodes[n].get("kind") != "MultiOutput") > 1]
     fusions = [{"from": a, "to": b, "stage": nodes[b]["stage"]} for b, a in members.items() if len(a) > 1]
     return {
         "stages": [st for st in STAGES if any(n["stage"] == st for n in nodes.values())],
