@@ -666,8 +666,10 @@ def test_a_nested_graph_a_template_computes_inline_names_the_op_and_links_its_no
 
 
 def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decomposition(tmp_path_factory):
-    """A torch.library custom op becomes a FallbackKernel and the MultiOutput that unpacks its result: the lineage
-    listed that as a decomposition of the op's node, as if Inductor had split the op in two."""
+    """A torch.library custom op becomes a FallbackKernel and the MultiOutput that unpacks its result, and its input
+    `x * 2` a buffer Inductor realises for it, whose origins name both `mul` and the op (no origin_node). The lineage
+    listed the op's node as decomposed into all three, as if Inductor had split the op; the input's buffer is
+    `mul`'s, and the op's node a side link of it."""
     import torch
 
     name = "prov_trace_test::add_one"
@@ -682,7 +684,7 @@ def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decompos
 
     def body(torch, m):
         def f(x):
-            return torch.ops.prov_trace_test.add_one(x).sigmoid()
+            return torch.ops.prov_trace_test.add_one(x * 2).sigmoid()
 
         with torch.no_grad():
             torch.compile(f)(torch.randn(4, 8))
@@ -696,6 +698,11 @@ def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decompos
     assert sorted(ir[b["name"]]["kind"] for _, b in op) == ["FallbackKernel", "MultiOutput"], op
     assert not any(ids[d["from"]]["name"] == "add_one" for d in g["lineage"]["decompositions"]), \
         g["lineage"]["decompositions"]
+    (realised,) = [o for o in ir.values() if o["kind"] == "ComputedBuffer" and "add_one" in o["origins"]]
+    assert realised["origin_node"] is None and sorted(realised["origins"]) == ["add_one", "mul"], realised
+    into = {ids[e["from"]]["name"]: e["via"] for e in g["lineage"]["edges"] if ids[e["to"]]["name"] == realised["name"]
+            and ids[e["to"]]["stage"] == S.IR_PRE}
+    assert into == {"mul": "origins", "add_one": "also_in_origins"}, into
 
 
 def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):

@@ -13,7 +13,9 @@ LoopLevelIR pre    ``also_in_origins``             the op's other ``origins``: n
                                                    (an input it realised, an op computed inline), and the
                                                    nodes of a nested graph one of them names (a template's
                                                    mask function); a side link, not a lowering of that node
-LoopLevelIR pre    ``origins``                     an op with no ``origin_node``: its ``origins``
+LoopLevelIR pre    ``origins``                     an op with no ``origin_node``: its ``origins``, but a
+                                                   node another op is the value of (the kernel an input
+                                                   was realised for) is an ``also_in_origins`` side link
 LoopLevelIR post   ``name``                        the same buffer name before the passes, else as above
 Kernel spec        ``member``                      the IR ops the kernel holds
 Artifact           ``name``                        the same kernel in the emitted file
@@ -181,19 +183,26 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         if o.get("kind") == "get_attr" and o.get("subgraph") in in_graph:
             nested.setdefault(o["name"], []).extend(in_graph[o["subgraph"]])
 
+    # The nodes some op is the value of (its origin_node). An op with no origin_node of its own (an input Inductor
+    # realised for a fallback kernel: origins `add_one`, `mul`) lists such a node among its origins only because
+    # that node's lowering made it: a side link, as for an op with an origin_node; its other origins lower to it.
+    valued = {post_node(o.get("origin_node"), o.get("origin_node_graph"))
+              for st in (S.IR_PRE, S.IR_POST) for o in objects(st)} - {None}
+
     def link_origins(o: dict[str, Any], nid: str) -> bool:
         origins = o.get("origins") or []
         graphs = o.get("origin_graphs") or []
         graphs = graphs if len(graphs) == len(origins) else [None] * len(origins)
         primary = post_node(o.get("origin_node"), o.get("origin_node_graph"))
+        pids = [post_node(n, gid) for n, gid in zip(origins, graphs)]
+        lowers = None if primary is not None else {p for p in pids if p is not None and p not in valued}
         linked = False
         if primary is not None:
             add_edge(primary, nid, "origin_node")
             linked = True
-        for n, gid in zip(origins, graphs):
-            pid = post_node(n, gid)
+        for n, pid in zip(origins, pids):
             if pid is not None and pid != primary:
-                add_edge(pid, nid, "also_in_origins" if primary is not None else "origins")
+                add_edge(pid, nid, "origins" if lowers is not None and (pid in lowers or not lowers) else "also_in_origins")
                 linked = True
             if n in nested and primary is not None:
                 inline.append((n, nid))
