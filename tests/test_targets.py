@@ -98,8 +98,11 @@ def test_unresolvable_targets_say_why():
 
 
 def test_builtin_is_not_a_python_function():
-    with pytest.raises(ResolveError, match="not a Python function"):
+    with pytest.raises(ResolveError, match="not a Python function: it runs no Python code to watch, so name the "
+                                           "Python function that calls it"):
         resolve(TargetSpec.parse("builtins:len"))
+    with pytest.raises(ResolveError, match=r"is a class, not a Python function: name one of its methods \("):
+        resolve(TargetSpec.parse(f"{__name__}:Base"))
 
 
 def test_lazy_target_resolves_when_its_module_is_imported(tmp_path, monkeypatch):

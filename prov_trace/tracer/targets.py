@@ -150,8 +150,14 @@ def resolve(spec: TargetSpec, modules: dict[str, types.ModuleType] | None = None
         path = f"{path}.{part}" if path != spec.module else f"{spec.module}:{part}"
         i += 1
     if code is None:
-        kind = "a class" if isinstance(obj, type) else type(obj).__name__
-        raise ResolveError(f"{spec} is {kind}, not a Python function (name a method or function)")
+        if isinstance(obj, type):
+            raise ResolveError(f"{spec} is a class, not a Python function: name one of its methods "
+                               f"({spec}.__init__, {spec}.__call__)")
+        if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
+                            types.MethodDescriptorType, types.MethodWrapperType)):
+            raise ResolveError(f"{spec} is {type(obj).__name__}, not a Python function: it runs no Python code to "
+                               "watch, so name the Python function that calls it")
+        raise ResolveError(f"{spec} is {type(obj).__name__}, not a Python function (name a method or function)")
     function = obj if obj is not None and original_code(getattr(obj, "__code__", None)) is code else None
     resolved = ResolvedTarget(spec, code, function)
     if owner is not None:
