@@ -214,17 +214,32 @@ def snapshot_node(node: Any) -> dict[str, Any]:
 def _subgraph_of(node: Any) -> Any:
     """The FX graph a ``get_attr`` node names, when it names a nested GraphModule (a flex_attention mask or score
     function, a torch.cond branch); else None (a parameter, a buffer, a constant)."""
-    obj = getattr(node.graph, "owning_module", None)
-    if obj is None or not isinstance(node.target, str):
+    owner = getattr(node.graph, "owning_module", None)
+    if owner is None or not isinstance(node.target, str):
         return None
+    return _graph_of(_submodule(owner, node.target))
+
+
+def _submodule(owner: Any, target: str) -> Any:
+    """The module at a dotted `target` under `owner`, else None. A walk of ``_modules``: a parameter's get_attr,
+    the common case, raises no exception inside the probe."""
+    obj = owner
     try:
-        for part in node.target.split("."):  # a parameter's get_attr is common: no exception raised for one
+        for part in target.split("."):
             modules = getattr(obj, "_modules", None)
             obj = modules.get(part) if isinstance(modules, dict) else None
             if obj is None:
                 return None
-        graph = obj.graph if hasattr(type(obj), "graph") else None
     except Exception:  # noqa: BLE001 - a module whose attributes raise: no nested graph read
+        return None
+    return obj
+
+
+def _graph_of(mod: Any) -> Any:
+    """A GraphModule's FX graph, else None."""
+    try:
+        graph = mod.graph if mod is not None and hasattr(type(mod), "graph") else None
+    except Exception:  # noqa: BLE001 - a module whose graph property raises
         return None
     return graph if hasattr(graph, "nodes") else None
 
@@ -248,12 +263,9 @@ def nested_graphs(gm: Any) -> list[Any]:
         for node in graph.nodes:
             if node.op != "get_attr" or not isinstance(node.target, str):
                 continue
-            try:
-                sub = mod.get_submodule(node.target)
-            except Exception:  # noqa: BLE001 - a parameter or buffer, not a module
-                continue
-            sub_graph = getattr(sub, "graph", None)
-            if sub_graph is None or id(sub_graph) in seen or not hasattr(sub_graph, "nodes"):
+            sub = _submodule(mod, node.target)
+            sub_graph = _graph_of(sub)
+            if sub_graph is None or id(sub_graph) in seen:
                 continue
             seen.add(id(sub_graph))
             visit(sub, depth + 1)
