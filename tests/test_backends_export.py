@@ -665,11 +665,10 @@ def test_a_nested_graph_a_template_computes_inline_names_the_op_and_links_its_no
     assert {(o["name"], ops[0]["name"], "also_in_origins") for o in carriers} <= linked, linked
 
 
-def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decomposition(tmp_path_factory):
-    """A torch.library custom op becomes a FallbackKernel and the MultiOutput that unpacks its result, and its input
-    `x * 2` a buffer Inductor realises for it, whose origins name both `mul` and the op (no origin_node). The lineage
-    listed the op's node as decomposed into all three, as if Inductor had split the op; the input's buffer is
-    `mul`'s, and the op's node a side link of it."""
+@pytest.fixture(scope="module")
+def unpacked_results(tmp_path_factory):
+    """Ops whose result is unpacked: a torch.library custom op (a FallbackKernel and its MultiOutput) and
+    torch.var_mean (post-grad `var_mean` and the two `operator.getitem` nodes that pick its outputs)."""
     import torch
 
     name = "prov_trace_test::add_one"
@@ -684,12 +683,22 @@ def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decompos
 
     def body(torch, m):
         def f(x):
-            return torch.ops.prov_trace_test.add_one(x * 2).sigmoid()
+            y = torch.ops.prov_trace_test.add_one(x * 2).sigmoid()
+            v, mu = torch.var_mean(x, dim=1)
+            return y, v * mu
 
         with torch.no_grad():
             torch.compile(f)(torch.randn(4, 8))
 
-    _, model = _trace(tmp_path_factory, "custom_op", body)
+    return _trace(tmp_path_factory, "unpacked_results", body)
+
+
+def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decomposition(unpacked_results):
+    """A torch.library custom op becomes a FallbackKernel and the MultiOutput that unpacks its result, and its input
+    `x * 2` a buffer Inductor realises for it, whose origins name both `mul` and the op (no origin_node). The lineage
+    listed the op's node as decomposed into all three, as if Inductor had split the op; the input's buffer is
+    `mul`'s, and the op's node a side link of it."""
+    _, model = unpacked_results
     (g,) = model["graphs"]
     ir = {o["name"]: o for o in g["stages"][S.IR_PRE]["objects"]}
     ids = {n["id"]: n for n in g["lineage"]["nodes"]}
@@ -703,6 +712,24 @@ def test_a_custom_op_lowered_to_a_fallback_and_its_multioutput_is_not_a_decompos
     into = {ids[e["from"]]["name"]: e["via"] for e in g["lineage"]["edges"] if ids[e["to"]]["name"] == realised["name"]
             and ids[e["to"]]["stage"] == S.IR_PRE}
     assert into == {"mul": "origins", "add_one": "also_in_origins"}, into
+
+
+def test_the_getitem_nodes_that_unpack_a_tuple_result_are_not_a_decomposition(unpacked_results):
+    """`v, mu = torch.var_mean(x, dim=1)`: post-grad holds `var_mean` and the two `operator.getitem` nodes that pick
+    its outputs, all three with pre-grad `var_mean` as their from_node. The lineage listed `var_mean` as decomposed
+    into the three, as if a pass had split it."""
+    _, model = unpacked_results
+    (g,) = model["graphs"]
+    post = {o["name"]: o for o in g["stages"][S.POST_GRAD]["objects"]}
+    ids = {n["id"]: n for n in g["lineage"]["nodes"]}
+    made = sorted(post[ids[e["to"]]["name"]]["target"] for e in g["lineage"]["edges"]
+                  if e["via"] == "from_node" and ids[e["from"]]["name"] == "var_mean")
+    assert made == ["aten.var_mean.correction", "operator.getitem", "operator.getitem"], made
+    decomposed = [(ids[d["from"]]["stage"], ids[d["from"]]["name"]) for d in g["lineage"]["decompositions"]]
+    assert (S.PRE_GRAD, "var_mean") not in decomposed, g["lineage"]["decompositions"]
+    import prov_trace
+
+    assert "| decomposition | `var_mean` (FX pre-grad) |" not in prov_trace.load(unpacked_results[0]).to_markdown()
 
 
 def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):

@@ -27,9 +27,9 @@ Artifact           ``name``                        the same kernel in the emitte
 
 Only the edges that say one object became another (``FLOW``) draw a line's
 flow, and only they make a decomposition: a node with several such successors in
-the next stage (``linear`` → ``permute`` + ``addmm``), not counting the
-``MultiOutput`` buffers that unpack an op's outputs. A fusion is named only where
-one kernel really holds several IR ops. ``also_in_origins`` links are listed
+the next stage (``linear`` → ``permute`` + ``addmm``), not counting what unpacks
+an op's outputs: ``MultiOutput`` buffers, and post-grad ``operator.getitem`` nodes.
+A fusion is named only where one kernel really holds several IR ops. ``also_in_origins`` links are listed
 apart, never called a decomposition or a fusion. FX placeholders and outputs are
 graph boundaries, not ops, and are left out.
 """
@@ -293,6 +293,11 @@ def _inherit(nodes, edges, add_edge, stages, objects) -> None:
                 nodes[nid]["inherits_from"] = [p for p in producers if p in nodes]
 
 
+def _unpacks(node: dict[str, Any]) -> bool:
+    """An object that only picks one output of a multi-output op: IR's MultiOutput, FX's tuple getitem."""
+    return node.get("kind") == "MultiOutput" or (node["stage"] == S.POST_GRAD and node.get("target") == "operator.getitem")
+
+
 def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, Any]]) -> Lineage:
     """Decompositions (one node lowered into several), fusions (one kernel holding several IR ops),
     and the side links of ``origins``, each read from the edges of its own kind."""
@@ -317,10 +322,11 @@ def _summarise(nodes: "OrderedDict[str, dict[str, Any]]", edges: list[dict[str, 
     for nid, n in nodes.items():
         n["fan_out"] = len(succ.get(nid, []))
         n["fan_in"] = len(pred.get(nid, []))
-    # A MultiOutput buffer picks one output of the op beside it (a fallback kernel's, a custom op's): a node lowered
-    # to that op and its MultiOutputs is one op, not a decomposition.
+    # A MultiOutput buffer picks one output of the op beside it (a fallback kernel's, a custom op's), and a post-grad
+    # `operator.getitem` one output of the node beside it (`var_mean`'s two): a node lowered to that op and what
+    # unpacks its result is one op, not a decomposition.
     decompositions = [{"from": a, "to": b, "stage": nodes[b[0]]["stage"]} for a, b in lowered.items()
-                      if sum(1 for n in b if nodes[n].get("kind") != "MultiOutput") > 1]
+                      if sum(1 for n in b if not _unpacks(nodes[n])) > 1]
     fusions = [{"from": a, "to": b, "stage": nodes[b]["stage"]} for b, a in members.items() if len(a) > 1]
     return {
         "stages": [st for st in STAGES if any(n["stage"] == st for n in nodes.values())],
