@@ -1164,3 +1164,15 @@ def test_a_part_whose_compile_raised_says_what_was_raised(tmp_path_factory):
     # Part 1 compiled to its artifact; the Dynamo graph's compile, which it shares, is what did not finish.
     first = graphs["0/0 inference"]
     assert first["stages"][S.ARTIFACT]["observed"] and first["headline"]["stopped_in"]["stage"] == S.DYNAMO_GRAPH
+
+
+def test_a_graph_of_one_kernel_says_it_carries(altered_graphs):
+    """The headline's kernel clause agrees with its count: it read "0 of 1 kernel carry no source at all"."""
+    import prov_trace
+
+    trace, model = altered_graphs
+    text = prov_trace.load(trace).to_markdown()
+    ones = [g for g in model["graphs"] if g["headline"]["kernels"] == 1]
+    assert ones, [g["headline"]["kernels"] for g in model["graphs"]]
+    assert f"{len(ones[0]['headline']['sourceless_kernels'])} of 1 kernel carries no source at all" in text
+    assert "of 1 kernel carry " not in text and "of 1 kernels" not in text

@@ -28,7 +28,9 @@ def _page(run: Run, tmp_path):
 def _headline_numbers(text: str) -> tuple[int, dict[str, tuple[int, int]], tuple[int, int]]:
     lines = int(re.match(r"(\d+) lines? of the model's source", text).group(1))
     stages = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(r"([A-Za-z][\w -]*(?:\([\w-]+\))?) (\d+)/(\d+) \(", text)}
-    bare = re.search(r"(\d+) of (\d+) kernels? carry no source", text)
+    bare = re.search(r"(\d+) of (\d+) kernels? carr(?:y|ies) no source", text)
+    # The verb agrees with the count ("0 of 1 kernel carry" read wrong).
+    assert re.search(r"of 1 kernel carries|of (?!1 )\d+ kernels carry", text), text
     return lines, stages, (int(bare.group(1)), int(bare.group(2)))
 
 

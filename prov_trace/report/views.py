@@ -552,7 +552,9 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
                          "not as a drop. ")
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
-        parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'s' if hl['kernels'] != 1 else ''} carry no source at all"
+        one = hl["kernels"] == 1  # "0 of 1 kernel carries", "0 of 3 kernels carry"
+        parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'' if one else 's'} {'carries' if one else 'carry'} "
+                     "no source at all"
                      + (": " if bare else "."))
         if bare:
             parts += [join(Code(b) for b in bare[:20]), "."]
