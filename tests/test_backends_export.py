@@ -668,7 +668,8 @@ def test_a_nested_graph_a_template_computes_inline_names_the_op_and_links_its_no
 @pytest.fixture(scope="module")
 def unpacked_results(tmp_path_factory):
     """Ops whose result is unpacked: a torch.library custom op (a FallbackKernel and its MultiOutput) and
-    torch.var_mean (post-grad `var_mean` and the two `operator.getitem` nodes that pick its outputs)."""
+    torch.var_mean (post-grad `var_mean` and the two `operator.getitem` nodes that pick its outputs; a split
+    welford reduction, whose mean a `mean` reads)."""
     import torch
 
     name = "prov_trace_test::add_one"
@@ -685,7 +686,7 @@ def unpacked_results(tmp_path_factory):
         def f(x):
             y = torch.ops.prov_trace_test.add_one(x * 2).sigmoid()
             v, mu = torch.var_mean(x, dim=1)
-            return y, v * mu
+            return y, v.sum() + mu.mean()
 
         with torch.no_grad():
             torch.compile(f)(torch.randn(4, 8))
@@ -730,6 +731,25 @@ def test_the_getitem_nodes_that_unpack_a_tuple_result_are_not_a_decomposition(un
     import prov_trace
 
     assert "| decomposition | `var_mean` (FX pre-grad) |" not in prov_trace.load(unpacked_results[0]).to_markdown()
+
+
+def test_an_op_that_reads_a_nodes_buffer_has_that_node_as_input_not_as_a_lowering(unpacked_results):
+    """`mu.mean()` reads the buffer of var_mean's welford reduction; its sum's IR op has no origin_node and lists
+    `mean` and `var_mean` in its origins. The lineage linked both as lowerings, so var_mean read as decomposed
+    into its own reduction passes and `mean`'s op. var_mean is its input (a side link); the reduction's passes,
+    each reading the one before, are var_mean's own."""
+    _, model = unpacked_results
+    (g,) = model["graphs"]
+    ir = {o["name"]: o for o in g["stages"][S.IR_PRE]["objects"]}
+    ids = {n["id"]: n for n in g["lineage"]["nodes"]}
+    (mean,) = [o for o in ir.values() if o["origin_node"] is None and sorted(o["origins"]) == ["mean", "var_mean"]]
+    into = {ids[e["from"]]["name"]: e["via"] for e in g["lineage"]["edges"]
+            if e["to"] == f"{S.IR_PRE}:{mean['name']}"}
+    assert into == {"mean": "origins", "var_mean": "also_in_origins"}, into
+    welford = sorted(f"{S.IR_PRE}:{o['name']}" for o in ir.values() if o["origins"] == ["var_mean"])
+    assert len(welford) > 1, ir  # a split reduction: one op per pass, all var_mean's
+    (dec,) = [d for d in g["lineage"]["decompositions"] if d["from"] == f"{S.POST_GRAD}:var_mean"]
+    assert sorted(dec["to"]) == welford, dec
 
 
 def test_a_torch_func_transforms_line_says_its_nodes_are_bookkeeping_and_names_the_lines_its_ops_carry(altered_graphs):

@@ -15,7 +15,8 @@ LoopLevelIR pre    ``also_in_origins``             the op's other ``origins``: n
                                                    mask function); a side link, not a lowering of that node
 LoopLevelIR pre    ``origins``                     an op with no ``origin_node``: its ``origins``, but a
                                                    node another op is the value of (the kernel an input
-                                                   was realised for) is an ``also_in_origins`` side link
+                                                   was realised for), or one an op it reads was lowered
+                                                   from (its input), is an ``also_in_origins`` side link
 LoopLevelIR post   ``name``                        the same buffer name before the passes, else as above
 Kernel spec        ``member``                      the IR ops the kernel holds
 Artifact           ``name``                        the same kernel in the emitted file
@@ -188,6 +189,10 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
     # that node's lowering made it: a side link, as for an op with an origin_node; its other origins lower to it.
     valued = {post_node(o.get("origin_node"), o.get("origin_node_graph"))
               for st in (S.IR_PRE, S.IR_POST) for o in objects(st)} - {None}
+    # The nodes each IR op was lowered from, by buffer name (a buffer keeps its name through the passes): an op
+    # that reads one has those nodes among its origins as its input (`mean` reading `var_mean`'s welford
+    # buffer), not as what it computes.
+    made_from: dict[Any, set[str]] = {}
 
     def link_origins(o: dict[str, Any], nid: str) -> bool:
         origins = o.get("origins") or []
@@ -195,14 +200,20 @@ def build(stages: dict[str, dict[str, Any]], survival: list[dict[str, Any]]) -> 
         graphs = graphs if len(graphs) == len(origins) else [None] * len(origins)
         primary = post_node(o.get("origin_node"), o.get("origin_node_graph"))
         pids = [post_node(n, gid) for n, gid in zip(origins, graphs)]
-        lowers = None if primary is not None else {p for p in pids if p is not None and p not in valued}
+        lowers: set[str] = set()
+        if primary is None:
+            candidates = {p for p in pids if p is not None and p not in valued}
+            inputs = set().union(*(made_from.get(r, ()) for r in o.get("reads") or []))
+            # All of them inputs: the op goes on with the same node's work (a split reduction's second pass).
+            lowers = candidates - inputs or candidates or {p for p in pids if p is not None}
+        made_from.setdefault(o["name"], {primary} if primary is not None else lowers)
         linked = False
         if primary is not None:
             add_edge(primary, nid, "origin_node")
             linked = True
         for n, pid in zip(origins, pids):
             if pid is not None and pid != primary:
-                add_edge(pid, nid, "origins" if lowers is not None and (pid in lowers or not lowers) else "also_in_origins")
+                add_edge(pid, nid, "origins" if pid in lowers else "also_in_origins")
                 linked = True
             if n in nested and primary is not None:
                 inline.append((n, nid))
