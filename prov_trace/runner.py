@@ -610,6 +610,8 @@ def run_program(target: str, args: list[str], *, as_module: bool,
             try:
                 code = compile(source, path, "exec", dont_inherit=True)
             except SyntaxError as exc:
+                # python prints a script's syntax error with no traceback: the only frame here is prov-trace's.
+                exc.__traceback__ = None
                 _report_uncaught(exc, first_file)
                 return ScriptResult(1, "exception", f"SyntaxError: {exc}")
             known = _remember_program(path, source)
