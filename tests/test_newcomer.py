@@ -50,6 +50,27 @@ def test_a_run_that_compiled_nothing_keeps_the_existing_report_and_says_so(nothi
     assert "was kept" in proc.stderr
 
 
+def test_the_summary_of_a_run_that_compiled_nothing_is_one_line(nothing_run):
+    """A program that never imports torch's compile pipeline: the summary listed every stage NOT REACHED with a
+    "module ... was never imported" line per hook (16 lines), where one sentence says what happened."""
+    _, proc = nothing_run
+    summary = proc.stdout.split("prov-trace summary:\n", 1)[1].splitlines()
+    assert summary == ["  no stage reached: the program never imported a module the inductor-cpu profile watches "
+                       "(torch._dynamo.convert_frame, torch.export._trace, torch._inductor.fx_passes.pre_grad, ...), "
+                       "so it made no compile or export"], proc.stdout
+
+
+def test_a_script_with_a_syntax_error_prints_it_as_python_does(tmp_path):
+    """python prints a script's syntax error with no traceback; prov-trace printed "Traceback" and its own
+    runner.py frame (the compile() call) above it."""
+    (tmp_path / "syn.py").write_text("import torch\ndef f(:\n    pass\n")
+    plain = subprocess.run([sys.executable, "syn.py"], cwd=tmp_path, capture_output=True, text=True)
+    proc = cli("run", "-o", "t.msgpack", "--no-report", "syn.py", cwd=tmp_path)
+    assert proc.returncode == plain.returncode == 1, proc.stderr
+    ours = "".join(ln + "\n" for ln in proc.stderr.splitlines() if not ln.startswith("prov-trace:"))
+    assert ours == plain.stderr and "Traceback" not in ours, proc.stderr
+
+
 def test_the_report_of_a_run_that_compiled_nothing_says_so(nothing_run):
     """Its Counts section was a table header with no rows; `check` said "nothing was compiled", the report did not."""
     d, _ = nothing_run

@@ -1070,15 +1070,22 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
     """The short per-stage summary printed at the end of a run."""
     titles = model["stage_titles"]
     out = ["prov-trace summary:"]
-    for row in model["summary"]:
-        if row["hooks"] == 0 and not row["observed"]:
-            continue
+    rows = [row for row in model["summary"] if row["hooks"] or row["observed"]]
+    if rows and all(_never_imported(row) for row in rows):
+        # A program that compiled nothing (no torch.compile, or it stopped before one): one line, not a stage's
+        # worth of "module ... was never imported" each.
+        modules = list(dict.fromkeys(u.rsplit(" module ", 1)[-1].removesuffix(" was never imported")
+                                     for row in rows for u in row["unresolved"]))
+        out.append(f"  no stage reached: the program never imported a module the {model['header'].get('profile')} "
+                   f"profile watches ({', '.join(modules[:3])}{', ...' if len(modules) > 3 else ''}), "
+                   "so it made no compile or export")
+        rows = []
+    for row in rows:
         if not row["observed"] and row.get("off_path"):
             state = "off path"
         elif not row["observed"] and row.get("outside_compile"):
             state = "outside"  # a user probe whose function ran only while no compile did
-        elif row["resolved"] < row["hooks"] and not row["observed"] and row["unresolved"] and all(
-                u.endswith("was never imported") for u in row["unresolved"]):
+        elif _never_imported(row):
             state = "NOT REACHED"  # the run never imported the module: nothing compiled got that far, not drift
         elif row["resolved"] < row["hooks"] and not row["observed"]:
             state = "NOT RESOLVED"
@@ -1113,6 +1120,12 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
         out.append(f"  trace is partial: {tr['problem']}")
     # For a terminal: trace text (a stage name, a hook's reason) must not carry escape sequences.
     return [clean(line) for line in out]
+
+
+def _never_imported(row: dict[str, Any]) -> bool:
+    """A stage none of whose hooks resolved because the run never imported their modules."""
+    return (row["resolved"] < row["hooks"] and not row["observed"] and bool(row["unresolved"])
+            and all(u.endswith("was never imported") for u in row["unresolved"]))
 
 
 #: How many compiles that raised the run's summary names, one line each.
