@@ -219,7 +219,7 @@ def rewrite_despite_dynamo(monkeypatch):
     inject leaves functions Dynamo may trace to settrace (tested on its own): say Dynamo skips these."""
     from prov_trace.tracer.backends import inject
 
-    monkeypatch.setattr(inject, "dynamo_may_trace", lambda code, function: False)
+    monkeypatch.setattr(inject, "dynamo_may_trace", lambda code, function, **kw: False)
 
 
 def test_inject_puts_the_original_code_objects_back(rewrite_despite_dynamo, tmp_path):

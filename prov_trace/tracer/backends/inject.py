@@ -91,12 +91,15 @@ DYNAMO_TRACES = ("Dynamo may trace it into a compiled graph (inline it, or compi
                  "trace the probe call compiled into it too")
 
 
-def dynamo_may_trace(code: types.CodeType, function: Any) -> bool | None:
+def dynamo_may_trace(code: types.CodeType, function: Any, *, imported: bool = False) -> bool | None:
     """Whether Dynamo may trace `code` (inline it into a graph, or compile its frame), by Dynamo's own rules;
-    None while ``torch._dynamo`` is not (wholly) imported, when its rules can't be asked."""
+    None while ``torch._dynamo`` is not (wholly) imported, when its rules can't be asked. `imported`: the
+    caller knows its import has finished executing (the import watcher calls right after it does, while
+    importlib still marks the module ``_initializing``)."""
     dynamo = sys.modules.get("torch._dynamo")
     rules = sys.modules.get("torch._dynamo.trace_rules")
-    if dynamo is None or rules is None or getattr(getattr(dynamo, "__spec__", None), "_initializing", False):
+    if dynamo is None or rules is None or (
+            not imported and getattr(getattr(dynamo, "__spec__", None), "_initializing", False)):
         return None
     try:
         skipped = rules.check(function if function is not None else code, is_inlined_call=True) and rules.check(code)
@@ -225,7 +228,7 @@ class InjectBackend(Backend):
             if rw is None or self._dispatch is None:
                 continue
             try:
-                if dynamo_may_trace(rw.code, rw.function) is False:
+                if dynamo_may_trace(rw.code, rw.function, imported=True) is False:
                     continue
                 if rw.function.__code__ is rw.new_code:
                     rw.function.__code__ = rw.code
