@@ -250,9 +250,14 @@ def test_inject_falls_back_to_settrace_for_a_code_with_no_function(tmp_path, cap
         assert add5(1) == 6
     assert sys.gettrace() is None
     assert [(r["phase"], r["payload"]["locals"].get("total")) for r in t.probes()] == [(ENTRY, None), (RETURN, 6)]
-    assert t.hooks()[f"{MOD}:make_adder.<locals>.add"]["installed"]
+    hook = t.hooks()[f"{MOD}:make_adder.<locals>.add"]
+    assert hook["installed"]
     err = capsys.readouterr().err
     assert "inject can't instrument make_adder.<locals>.add" in err and "settrace instead" in err
+    # The trace says so too, in the hook's notes (the report's Hooks table), not only on stderr.
+    assert [n for n in hook["notes"] if "settrace" in n] == [
+        "inject watches it with settrace instead: there is no function object whose __code__ could be replaced "
+        "(a nested function is made afresh on every call; a script's own function only once the script runs)"], hook
 
 
 def test_two_inject_sessions_on_one_function(rewrite_despite_dynamo, tmp_path, capsys):

@@ -49,6 +49,8 @@ class HookState:
     installed: bool = False
     fired: int = 0
     errors: int = 0
+    #: How the backend watches it, where not its own way (inject's settrace fallback): a note for the hook.
+    watch_note: str | None = None
 
     def status(self) -> dict[str, Any]:
         r = self.resolved
@@ -62,7 +64,7 @@ class HookState:
             "file": r.file if r else None,
             "line": r.line if r else None,
             "signature": r.signature() if r else None,
-            "notes": list(r.notes) if r else [],
+            "notes": (list(r.notes) if r else []) + ([self.watch_note] if self.watch_note else []),
             "fired": self.fired,
             "errors": self.errors,
         }
@@ -240,6 +242,9 @@ class TraceSession:
         _SESSIONS.discard(self)
         self._watcher.uninstall()
         if self.backend is not None:
+            for state in self.states:  # a target can move to a fallback after it was installed (inject)
+                if state.installed and state.resolved is not None:
+                    state.watch_note = self._watch_note(state.resolved.code)
             try:
                 self.backend.stop()
             except Exception as exc:  # noqa: BLE001
@@ -329,7 +334,14 @@ class TraceSession:
             entry.states.remove(state)
         else:
             state.installed = True
+            state.watch_note = self._watch_note(resolved.code)
         self._write_status(state)
+
+    def _watch_note(self, code: types.CodeType) -> str | None:
+        try:
+            return self.backend.watch_note(code) if self.backend is not None else None
+        except Exception:  # noqa: BLE001 - a note is never worth a failed run
+            return None
 
     def module_ready(self, name: str, module: types.ModuleType | None = None, code: types.CodeType | None = None) -> None:
         """The program's own `name` module (its ``__main__``) is about to run: resolve the targets waiting for

@@ -53,6 +53,10 @@ class Backend:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def watch_note(self, code: types.CodeType) -> str | None:
+        """How `code` is watched, where that is not the backend's own way (a fallback), as a note for its hook."""
+        return None
+
     def problems(self) -> list[str]:
         """What kept the backend from seeing events, as sentences for the user (read after ``stop()``)."""
         return []

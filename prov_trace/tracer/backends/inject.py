@@ -284,6 +284,12 @@ class InjectBackend(Backend):
     def problems(self) -> list[str]:
         return list(self._problems)
 
+    def watch_note(self, code: types.CodeType) -> str | None:
+        fallback = self.fallbacks.get(id(code))
+        if fallback is None or fallback[0] is not code:
+            return None
+        return f"inject watches it with settrace instead: {fallback[1]}"
+
     def _fall_back(self, code: types.CodeType, phases: frozenset[str], why: str,
                    runs: types.CodeType | None = None) -> None:
         """Watch `code` with settrace; `runs` is the code object its frames actually execute, when not `code`."""
