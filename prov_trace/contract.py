@@ -123,6 +123,10 @@ class Hook:
     #: ">=2.10,<2.15"; "" is every release. A target that moved between releases is two hooks with
     #: disjoint ranges (prov_trace/torchver.py), never a version branch in probe code.
     torch: str = ""
+    #: The target is a step of the compile pipeline, which runs outside any graph Dynamo traces (a stock
+    #: profile's hook). False for a user's probe, whose target may be code Dynamo traces into a graph (a
+    #: model's helper): the inject backend asks Dynamo's rules before rewriting one of those.
+    pipeline: bool = True
 
     def __post_init__(self) -> None:
         torchver.check_range(self.torch)

@@ -201,6 +201,12 @@ def test_mlp_matrix_as_measured(spyre_mlp):
     assert spyre_mlp.cell("0/0", "debug_handle", "artifact") == ("all", 5, 5)
 
 
+def test_inject_rewrites_the_spyre_profiles_targets(spyre_mlp):
+    """On 3.11 (inject) torch-spyre's hooks were watched with settrace: Dynamo's rules would trace
+    third-party code, though nothing Dynamo compiles calls a compile-pipeline step. (3.12+: monitoring.)"""
+    assert "inject can't instrument" not in spyre_mlp.proc.stderr, spyre_mlp.proc.stderr[-4000:]
+
+
 def test_mlp_opspecs_and_sdsc_bundles(spyre_mlp):
     g = spyre_mlp.graph("0/0")
     specs = g["stages"]["kernel_spec"]["objects"]

@@ -50,7 +50,8 @@ class UserProbe:
 
     def hooks(self) -> tuple[Hook, ...]:
         why = f"user probe ({self.origin})"
-        return tuple(Hook(self.stage, self.target, ev, generic_probe, (), why) for ev in EVENTS[self.event])
+        return tuple(Hook(self.stage, self.target, ev, generic_probe, (), why, pipeline=False)
+                     for ev in EVENTS[self.event])
 
 
 def default_stage(spec: TargetSpec) -> str:

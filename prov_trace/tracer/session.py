@@ -328,7 +328,8 @@ class TraceSession:
             entry.states.append(state)
         try:
             # Both events, always: pairing entries with returns is what detects exits by exception.
-            self.backend.watch(resolved.code, frozenset((ENTRY, RETURN)), resolved.function)
+            self.backend.watch(resolved.code, frozenset((ENTRY, RETURN)), resolved.function,
+                               pipeline=state.hook.pipeline)
         except BackendUnavailable as exc:
             state.reason = f"the {self.backend.name} backend cannot watch it: {exc}"
             entry.states.remove(state)

@@ -46,8 +46,10 @@ class Backend:
     def start(self, dispatch: Dispatch) -> None:
         raise NotImplementedError
 
-    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
-        """Deliver `phases` events for `code` from now on. May raise BackendUnavailable for this code."""
+    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None, *,
+              pipeline: bool = False) -> None:
+        """Deliver `phases` events for `code` from now on. May raise BackendUnavailable for this code.
+        `pipeline`: the code is a step of the compile pipeline, never traced by Dynamo (``Hook.pipeline``)."""
         raise NotImplementedError
 
     def stop(self) -> None:

@@ -34,7 +34,10 @@ Not instrumented, and why:
   read, never changed) say which functions it skips; before Dynamo is imported
   they can't be asked, so a function rewritten then is asked again the moment
   ``torch._dynamo`` has been imported, before it can compile anything, and is
-  put back and moved to the fallback where Dynamo may trace it.
+  put back and moved to the fallback where Dynamo may trace it. Only a user's
+  probe target is asked: a profile's hook is a step of the compile pipeline
+  (``Hook.pipeline``), which never runs inside a graph Dynamo traces, though
+  Dynamo's rules would trace a third-party one (torch-spyre's) if it did.
 * a code object with no function to assign to (a ``<locals>`` function, whose
   function objects are made afresh on every call), one whose ``__code__`` cannot
   be assigned or rewritten, or one another prov-trace session has already
@@ -173,7 +176,8 @@ class InjectBackend(Backend):
                 root = None
             self.cache = RewriteCache(root, __file__)
 
-    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
+    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None, *,
+              pipeline: bool = False) -> None:
         if self._dispatch is None:
             raise BackendUnavailable("the inject backend has not been started")
         if code.co_flags & _UNINSTRUMENTABLE:
@@ -201,7 +205,9 @@ class InjectBackend(Backend):
                 why = f"{function!r} does not hold this code object in __code__"
             self._fall_back(code, phases, why, runs=current if isinstance(current, types.CodeType) else code)
             return
-        may_trace = dynamo_may_trace(code, function)
+        # A pipeline step runs outside any graph Dynamo traces, wherever it lives (torch-spyre's, which Dynamo's
+        # rules would trace as third-party code); a user's probe target is asked about.
+        may_trace = False if pipeline else dynamo_may_trace(code, function)
         if may_trace:
             self._fall_back(code, phases, DYNAMO_TRACES)
             return

@@ -74,7 +74,8 @@ class MonitoringBackend(Backend):
         mon.register_callback(self.tool_id, E.PY_YIELD, self._on_yield)
         mon.register_callback(self.tool_id, E.PY_RESUME, self._on_resume)
 
-    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
+    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None, *,
+              pipeline: bool = False) -> None:
         E = sys.monitoring.events
         events = (E.PY_START if ENTRY in phases else 0) | (E.PY_RETURN if RETURN in phases else 0)
         if code.co_flags & _SUSPENDS:

@@ -43,7 +43,8 @@ class SettraceBackend(Backend):
         sys.settrace(self._global)
         self._started = True
 
-    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None) -> None:
+    def watch(self, code: types.CodeType, phases: frozenset[str], function: Any = None, *,
+              pipeline: bool = False) -> None:
         _, old = self._codes.get(id(code), (code, frozenset()))
         self._codes[id(code)] = (code, old | phases)
 
