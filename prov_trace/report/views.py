@@ -1074,8 +1074,7 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
     if rows and all(_never_imported(row) for row in rows):
         # A program that compiled nothing (no torch.compile, or it stopped before one): one line, not a stage's
         # worth of "module ... was never imported" each.
-        modules = list(dict.fromkeys(u.rsplit(" module ", 1)[-1].removesuffix(" was never imported")
-                                     for row in rows for u in row["unresolved"]))
+        modules = list(dict.fromkeys(_unimported(u) for row in rows for u in row["unresolved"]))
         out.append(f"  no stage reached: the program never imported a module the {model['header'].get('profile')} "
                    f"profile watches ({', '.join(modules[:3])}{', ...' if len(modules) > 3 else ''}), "
                    "so it made no compile or export")
@@ -1122,10 +1121,17 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
     return [clean(line) for line in out]
 
 
+def _unimported(unresolved: str) -> str | None:
+    """The module an unresolved hook's reason says the run never imported (the session writes
+    "TARGET: module M was never imported"), else None."""
+    _, sep, tail = unresolved.rpartition(" module ")
+    return tail.removesuffix(" was never imported") if sep and tail.endswith(" was never imported") else None
+
+
 def _never_imported(row: dict[str, Any]) -> bool:
     """A stage none of whose hooks resolved because the run never imported their modules."""
     return (row["resolved"] < row["hooks"] and not row["observed"] and bool(row["unresolved"])
-            and all(u.endswith("was never imported") for u in row["unresolved"]))
+            and all(_unimported(u) for u in row["unresolved"]))
 
 
 #: How many compiles that raised the run's summary names, one line each.
