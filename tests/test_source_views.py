@@ -29,8 +29,8 @@ def _headline_numbers(text: str) -> tuple[int, dict[str, tuple[int, int]], tuple
     lines = int(re.match(r"(\d+) lines? of the model's source", text).group(1))
     stages = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in re.finditer(r"([A-Za-z][\w -]*(?:\([\w-]+\))?) (\d+)/(\d+) \(", text)}
     bare = re.search(r"(\d+) of (\d+) kernels? carr(?:y|ies) no source", text)
-    # The verb agrees with the count ("0 of 1 kernel carry" read wrong).
-    assert re.search(r"of 1 kernel carries|of (?!1 )\d+ kernels carry", text), text
+    # The verb agrees with the count ("0 of 1 kernel carry" and "1 of 8 kernels carry" read wrong).
+    assert re.search(r"\b1 of \d+ kernels? carries|of 1 kernel carries|\b(?!1 )\d+ of (?!1 )\d+ kernels carry ", text), text
     return lines, stages, (int(bare.group(1)), int(bare.group(2)))
 
 

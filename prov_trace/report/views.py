@@ -552,8 +552,11 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
                          "not as a drop. ")
     if hl["kernels"] is not None:
         bare = hl["sourceless_kernels"]
-        one = hl["kernels"] == 1  # "0 of 1 kernel carries", "0 of 3 kernels carry"
-        parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'' if one else 's'} {'carries' if one else 'carry'} "
+        # The noun agrees with the total, the verb with the part: "0 of 1 kernel carries", "1 of 8 kernels
+        # carries", "0 of 3 kernels carry", "2 of 8 kernels carry".
+        one = hl["kernels"] == 1
+        parts.append(f"{len(bare)} of {hl['kernels']} {kernel}{'' if one else 's'} "
+                     f"{'carries' if one or len(bare) == 1 else 'carry'} "
                      "no source at all"
                      + (": " if bare else "."))
         if bare:
@@ -1018,7 +1021,7 @@ def _code_files(model: dict[str, Any]) -> list[dict[str, Any]]:
                 "kernel": o["name"], "g": gi, "label": g["label"], "anchor": anchors.get(f"{S.ARTIFACT}:{o['name']}"),
                 # A reused kernel's later uses are their call lines: the definition's span is the first use's.
                 "def_line": None if o.get("reused") else o.get("def_line"), "calls": o.get("call_lines") or [],
-                "commented": bool(o.get("provenance_comments")),
+                "commented": bool(o["fields"].get("provenance_comment", {}).get("populated")),
                 "ir": [[n, anchors.get(f"{S.IR_POST}:{n}") or anchors.get(f"{S.IR_PRE}:{n}")] for n in k.get("ops", [])],
                 "post": [[n, anchors.get(f"{S.POST_GRAD}:{n}")] for n in k.get("post_nodes", [])],
                 "sources": [[sr.get("file"), sr.get("line")] for sr in k.get("sources", [])],
