@@ -323,6 +323,41 @@ def test_a_line_whose_views_an_extern_kernel_reads_through_names_that_kernel_and
                                    "remove_noop_ops drops"), loss
 
 
+RANDOM_SEEDS = """\
+import torch
+import torch.nn.functional as F
+def noisy(x):
+    return F.dropout(x.sin(), 0.5, training=True).sum()
+with torch.no_grad():
+    print(torch.compile(noisy)(torch.randn(64)).shape)
+"""
+
+
+def test_the_random_seeds_call_is_an_artifact_kernel_and_its_empty_comment_is_no_provenance(tmp_path):
+    """A graph with a random op gets Inductor's seeds: `aten.randint.low_out(..., out=buf0)`, called through
+    the module's `aten = torch.ops.aten`, under a comment that names no node. The artifact scan took only
+    `extern_kernels.*` and `torch.ops.*` calls, so the emitted file read one kernel short of the kernel spec;
+    and the comment would have counted as provenance. The headline's verb agrees with its one kernel."""
+    (tmp_path / "noisy.py").write_text(RANDOM_SEEDS)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "noisy.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    spec = {o["name"]: o for o in g["stages"][S.KERNEL_SPEC]["objects"]}
+    art = {o["name"]: o for o in g["stages"][S.ARTIFACT]["objects"]}
+    assert set(art) == set(spec), (sorted(art), sorted(spec))
+    seeds = art["aten.randint.low_out"]
+    assert seeds["kind"] == "fallback" and seeds["call_lines"], seeds
+    assert seeds["provenance_comments"] == ["# Topologically Sorted Source Nodes: [], Original ATen: []"], seeds
+    assert seeds["fields"]["provenance_comment"]["populated"] is False
+    assert spec["aten.randint.low_out"]["sources"] == []
+    assert g["headline"]["sourceless_kernels"] == ["aten.randint.low_out"]
+    assert f"1 of {len(spec)} kernels carries no source at all: `aten.randint.low_out`." in report.to_markdown()
+    edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
+    assert (lineage.node_id(S.KERNEL_SPEC, "aten.randint.low_out"),
+            lineage.node_id(S.ARTIFACT, "aten.randint.low_out"), "name") in edges
+
+
 def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():
     """The rule behind 'folded into a constant', on hand-made graphs (the real compile is in
     test_backends_export): every name must resolve, and none of the line's AOT nodes may reach an input the

@@ -2,7 +2,8 @@
 
 ``scan_module_source`` is a pure function of the file's text; it finds each
 kernel definition (``name = async_compile.<kind>(``) and each call in the
-wrapper (generated kernels, ``extern_kernels.*``, ``torch.ops.*`` fallbacks),
+wrapper (generated kernels, ``extern_kernels.*``, ``torch.ops.*`` fallbacks and
+those called through the module's own names for op namespaces, ``aten.*``),
 and keeps the comment lines directly above each one. Under ``cpp_wrapper`` the
 module embeds its wrapper and kernels as C++, which ``scan_cpp_source`` reads
 (as it reads AOTInductor's ``.cpp`` files).
@@ -18,6 +19,10 @@ from prov_trace.stream.schema import is_provenance_comment
 
 _DEF_RE = re.compile(r"^(?P<name>[A-Za-z_]\w*) = async_compile\.(?P<how>\w+)\(")
 _CALL_RE = re.compile(r"^\s+(?:(?P<assign>[\w, ]+)\s*=\s*)?(?P<name>(?:extern_kernels\.\w+|torch\.ops\.[\w.]+|[A-Za-z_]\w*))(?:\.run)?\(")
+# The module names op namespaces at its top (`aten = torch.ops.aten`, `inductor_ops = torch.ops.inductor`), and
+# some fallbacks are called through them: Inductor's random seeds are `aten.randint.low_out(..., out=buf9)`.
+_ALIAS_RE = re.compile(r"^(?P<alias>[A-Za-z_]\w*) = torch\.ops\.\w+\s*$")
+_ALIAS_CALL_RE = re.compile(r"^\s+(?:(?P<assign>[\w, ]+)\s*=\s*)?(?P<name>(?P<alias>[A-Za-z_]\w*)\.\w+(?:\.\w+)*)\(")
 
 
 # Triton's wrapper writes a kernel's comment, then the stream it runs on (torch 2.13 writes
@@ -53,14 +58,15 @@ def scan_python_source(text: str) -> list[dict[str, Any]]:
                 "calls": [],
                 "comments": comments,
             }
+    aliases = {m.group("alias") for m in map(_ALIAS_RE.match, lines) if m}
     for i, line in enumerate(lines):
-        m = _CALL_RE.match(line)
-        if not m:
+        m = _CALL_RE.match(line) or _ALIAS_CALL_RE.match(line)
+        if not m or ("alias" in m.groupdict() and m.group("alias") not in aliases):
             continue
         name = m.group("name")
         if name in kernels:
             entry = kernels[name]
-        elif name.startswith("extern_kernels.") or name.startswith("torch.ops."):
+        elif name.startswith("extern_kernels.") or name.startswith("torch.ops.") or "alias" in m.groupdict():
             entry = kernels.setdefault(
                 name,
                 {"kernel": name, "kind": "extern" if name.startswith("extern_kernels.") else "fallback",

@@ -235,7 +235,9 @@ def artifact_objects(records: list[dict[str, Any]], stage_records: list[dict[str
                     "def_line": def_line,
                     "call_lines": [c.get("line") for c in calls],
                     "provenance_comments": comments,
-                    "fields": {"provenance_comment": {"has": True, "populated": bool(comments), "type": "list"}},
+                    # A comment that names no node is there but empty (the seeds' call): not populated.
+                    "fields": {"provenance_comment": {"has": True, "type": "list",
+                                                      "populated": any(not S.names_nothing(c) for c in comments)}},
                     "sources": [],
                 })
     return read

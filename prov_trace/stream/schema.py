@@ -4,6 +4,8 @@ Shared by the writer (tracer) and the reader (report) so the two can never
 disagree on a name. Documented for users in docs/trace-format.md.
 """
 
+import re
+
 SCHEMA_NAME = "prov-trace"
 #: (major, minor). A reader refuses a newer major; a newer minor only adds keys.
 SCHEMA_VERSION = (1, 3)
@@ -90,6 +92,15 @@ PROVENANCE_MARKERS = (
 
 def is_provenance_comment(line: str) -> bool:
     return any(marker in line for marker in PROVENANCE_MARKERS)
+
+
+_NAMES_NOTHING = re.compile(r"#\s*Topologically Sorted Source Nodes: \[\s*\], Original ATen: \[\s*\]\s*")
+
+
+def names_nothing(comment: str) -> bool:
+    """A provenance comment with nothing in it: Inductor writes `# Topologically Sorted Source Nodes: [],
+    Original ATen: []` above a call it made for no node of the graph (the random seeds' `aten.randint`)."""
+    return _NAMES_NOTHING.fullmatch(comment.strip()) is not None
 
 
 # How the stream is packed and read: strings as str (invalid UTF-8 kept by surrogateescape), bytes as bin.
