@@ -350,6 +350,9 @@ def test_the_random_seeds_call_is_an_artifact_kernel_and_its_empty_comment_is_no
     assert seeds["kind"] == "fallback" and seeds["call_lines"], seeds
     assert seeds["provenance_comments"] == ["# Topologically Sorted Source Nodes: [], Original ATen: []"], seeds
     assert seeds["fields"]["provenance_comment"]["populated"] is False
+    # The same comment in a C++ wrapper (cpp_wrapper, AOTInductor) is `//`.
+    assert S.names_nothing("// Topologically Sorted Source Nodes: [], Original ATen: []")
+    assert not S.names_nothing("// Topologically Sorted Source Nodes: [h], Original ATen: [aten.addmm]")
     assert spec["aten.randint.low_out"]["sources"] == []
     assert g["headline"]["sourceless_kernels"] == ["aten.randint.low_out"]
     assert f"1 of {len(spec)} kernels carries no source at all: `aten.randint.low_out`." in report.to_markdown()

@@ -94,12 +94,13 @@ def is_provenance_comment(line: str) -> bool:
     return any(marker in line for marker in PROVENANCE_MARKERS)
 
 
-_NAMES_NOTHING = re.compile(r"#\s*Topologically Sorted Source Nodes: \[\s*\], Original ATen: \[\s*\]\s*")
+_NAMES_NOTHING = re.compile(r"(?:#|//)\s*Topologically Sorted Source Nodes: \[\s*\], Original ATen: \[\s*\]\s*")
 
 
 def names_nothing(comment: str) -> bool:
     """A provenance comment with nothing in it: Inductor writes `# Topologically Sorted Source Nodes: [],
-    Original ATen: []` above a call it made for no node of the graph (the random seeds' `aten.randint`)."""
+    Original ATen: []` (`//` in C++) above a call it made for no node of the graph (the random seeds'
+    `aten.randint`)."""
     return _NAMES_NOTHING.fullmatch(comment.strip()) is not None
 
 
