@@ -113,8 +113,12 @@ class Progress:
         payload = record.get("payload")
         with self._lock:
             held, self.held = self.held, None
-        if held is not None and not (stage == schema.COMPILE_ERROR and record.get("compile_id") == held[0]):
+        # A frame Dynamo skipped (no op to trace) is said nowhere live: common, and no failure.
+        skipped = stage == schema.COMPILE_ERROR and isinstance(payload, dict) and "skipped" in payload
+        if held is not None and not (stage == schema.COMPILE_ERROR and not skipped and record.get("compile_id") == held[0]):
             self._say(held[1], held[2])
+        if skipped:
+            return
         if stage in schema.SIDE_STAGES:  # not a stage's objects: why a compile stopped, a graph break, a notice
             said = self._side_line(stage, payload if isinstance(payload, dict) else {})
             if said is None:

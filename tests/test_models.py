@@ -120,6 +120,18 @@ def test_training_script_unmodified(train_script):
     # not shown as graphs whose every stage is missing.
     assert all(g["stages"]["post_grad"]["observed"] for g in model["graphs"]), labels
     assert model["frames_without_graph"], "the optimizer's wrapper frames should be listed"
+    # Each says why it has no graph: a break that ended it before any op, or Dynamo's skip of a frame with no
+    # op (its resume function after that break), which listed with no reason at all.
+    for f in model["frames_without_graph"]:
+        assert f["graph_break"] or f["skipped"] or f["stopped_in"], f
+    (resumed,) = [f for f in model["frames_without_graph"] if "torch_dynamo_resume_in_wrapper" in f["qualname"]]
+    # torch 2.13's words (the suite's torch); 2.10 gives no reason.
+    assert resumed["skipped"]["reason"].startswith("Dynamo decided to skip the frame while tracing: No ops traced "
+                                                   "for the FX graph."), resumed
+    md = train_script.report.read_text()
+    said = ("(Dynamo skipped it and ran it as Python: No ops traced for the FX graph. \\`torch.compile\\` will skip "
+            "the frame and fall back to eager)")
+    assert f"`{resumed['qualname']}` " in md and said in md, md[:3000]
     # The compiled optimizer step is torch's own code (torch/optim): framework lines, never the model's, though
     # the compile carries them; its graph counts no line of the model, as its note says.
     for g in model["graphs"]:

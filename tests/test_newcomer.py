@@ -411,6 +411,31 @@ def test_a_run_whose_only_frame_dynamo_gave_up_on_says_its_lines_ran_uncompiled(
     assert "names no file of the model's own" not in source
 
 
+def test_a_run_whose_only_frame_held_no_op_says_dynamo_skipped_it_and_why(tmp_path):
+    """A compiled function with no op (it returns its input): Dynamo skips the frame without an error, and every
+    stage read DID NOT FIRE, the report's frame had no reason, and `check` said only "nothing was compiled".
+    Dynamo's `_compile` returns its reason (torch 2.13's words), which each of them now says."""
+    import prov_trace
+
+    (tmp_path / "n.py").write_text("import torch\n\n\n@torch.compile\ndef f(x):\n    return x\n\n\n"
+                                   "print(f(torch.ones(2)))\n")
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "n.py", cwd=tmp_path, env=LIGHT)
+    assert proc.returncode == 0 and "tensor([1., 1.])" in proc.stdout, proc.stdout + proc.stderr
+    reason = "No ops traced for the FX graph. `torch.compile` will skip the frame and fall back to eager"
+    assert proc.stdout.endswith(f"\n  [0/0] f (n.py:4): Dynamo skipped it and ran it as Python: {reason}\n"), proc.stdout
+    assert "skipped" not in proc.stderr  # a skip is no failure: the live progress does not say it
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (frame,) = report.model["frames_without_graph"]
+    assert frame["skipped"] == {"reason": f"Dynamo decided to skip the frame while tracing: {reason}."}, frame
+    assert frame["stopped_in"] is None and frame["graph_break"] is None
+    assert ("n.py:4` (Dynamo skipped it and ran it as Python: No ops traced for the FX graph. "
+            "\\`torch.compile\\` will skip the frame and fall back to eager).") in (tmp_path / "r.md").read_text()
+    check = cli("check", "t.msgpack", "--require", "post_grad:stack_trace>=0.5", cwd=tmp_path)
+    assert check.returncode == 1
+    assert ("the trace holds no graph: nothing was compiled (Dynamo skipped the frame it was handed and ran it as "
+            f"Python: {reason})") in check.stdout, check.stdout
+
+
 NO_COMPILER = """\
 import torch
 import torch._inductor.config as cfg

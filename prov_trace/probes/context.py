@@ -277,12 +277,16 @@ def _after_resets(state: dict, cid: str, starts: bool) -> str:
 def _context(stage: str, frame: types.FrameType, retval: Any, state: dict) -> tuple[str | None, str | None]:
     if stage == schema.EXPORT_GRAPH or (stage == schema.SOURCE and _is_export_frame(frame.f_code)):
         return _export_id(state, retval, frame), None
-    if stage in (schema.SOURCE, schema.DYNAMO_GRAPH):
+    # Dynamo's _compile, at entry (the Source) and at return (a frame it skipped): its compile context is
+    # not open yet, or closed again, so its `compile_id` argument names the compile.
+    at_compile = stage == schema.SOURCE or (stage == schema.COMPILE_ERROR and "compile_id" in frame.f_locals
+                                            and frame.f_code.co_name == "_compile")
+    if stage in (schema.SOURCE, schema.DYNAMO_GRAPH) or at_compile:
         # A strict export runs Dynamo inside _export: what it compiles is that export's.
         eid = _running_export(state, frame)
         if eid is not None:
             return eid, None
-        if stage == schema.SOURCE:
+        if at_compile:
             cid = frame.f_locals.get("compile_id")
             return (None if cid is None else str(cid)), None
     if stage not in schema.STAGES:

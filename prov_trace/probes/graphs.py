@@ -162,6 +162,20 @@ def probe_recompile_limit(call: ProbeCall) -> Any:
     return {"limit": {"name": cut_str(name, 200) if name is not None else None, "value": value}}
 
 
+def probe_frame_skipped(call: ProbeCall) -> Any:
+    """Dynamo's `_compile` returned: a record only when it returned no compiled code, which is Dynamo giving the
+    frame up without an error (its callees are still compiled on their own) - most often a frame with no op to
+    put in a graph. torch 2.13 says why in `skip_reason` (Dynamo's first line is kept); 2.10 does not, and
+    the record holds no reason. A compile that raised returns nothing, and the error hook has it."""
+    rv = call.retval
+    if rv is None or not hasattr(rv, "guarded_code") or rv.guarded_code is not None:
+        return NO_RECORD
+    reason = getattr(rv, "skip_reason", None)
+    if isinstance(reason, str) and reason.strip():
+        return {"skipped": {"reason": cut_str(reason.strip().splitlines()[0], 2000)}}
+    return {"skipped": {}}
+
+
 # --- torch.export ---------------------------------------------------------------------------------
 
 

@@ -86,6 +86,13 @@ _RECOMPILE_LIMIT = Hook(
     "at each compile: recorded only when it says a limit was hit, after which Dynamo runs the frame uncompiled.",
 )
 
+#: Not a stage: a frame Dynamo gave up without an error (no op to trace, most often), read at `_compile`'s return.
+_FRAME_SKIPPED = Hook(
+    schema.COMPILE_ERROR, "torch._dynamo.convert_frame:_compile", RETURN, graphs.probe_frame_skipped, (),
+    "Dynamo's per-frame compile, at its return: recorded only when it returned no compiled code (a frame it "
+    "skipped and ran as Python, such as one with no op to trace), with Dynamo's reason where torch gives one.",
+)
+
 #: Not a stage: a graph break, read where Dynamo ends the graph at it. A break right after another ends an empty
 #: graph, which reaches no backend, so the Dynamo graph's hook never sees that one.
 _GRAPH_BREAK = Hook(
@@ -125,6 +132,7 @@ _PATHS = (
          "The ExportedProgram's graph: the FX graph a user deploys, with its nodes' stack_trace."),
     _COMPILE_ERROR,
     _RECOMPILE_LIMIT,
+    _FRAME_SKIPPED,
     _GRAPH_BREAK,
     _CACHE_ARTIFACTS,
 )
@@ -178,6 +186,7 @@ SPYRE = Profile(
         _COMMON[0],  # the source stage is Dynamo's, the same on every backend
         _COMPILE_ERROR,
         _RECOMPILE_LIMIT,
+        _FRAME_SKIPPED,
         _GRAPH_BREAK,
         _CACHE_ARTIFACTS,
         Hook(schema.PRE_GRAD, f"{_SPYRE_PASSES}:CustomPreGradPasses.__call__", ENTRY, spyre.probe_fx, ("self", "graph"),

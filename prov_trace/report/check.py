@@ -27,7 +27,8 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import break_line, break_sites, error_summary, limit_summary, target_function
+from prov_trace.report.text import (break_line, break_sites, error_summary, limit_summary, skip_reason, skipped_frames,
+                                    target_function)
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
@@ -236,6 +237,11 @@ def _stopped(model: dict[str, Any]) -> str:
                  if said else []) + limits[:3]
         return f" (the compile stopped inside {', '.join(dict.fromkeys(names))}" + (
             f": {'; '.join(parts)}" if parts else "") + ")"
+    skipped = skipped_frames(model)
+    if skipped:  # Dynamo gave up every frame it was handed without an error (no op to trace)
+        said = list(dict.fromkeys(skip_reason(f["skipped"]) or "this torch does not say why" for f in skipped))
+        return (f" (Dynamo skipped {'the frame' if len(skipped) == 1 else f'all {len(skipped)} frames'} it was handed "
+                f"and ran {'it' if len(skipped) == 1 else 'them'} as Python: {'; '.join(said[:3])})")
     before = (model.get("header") or {}).get("compiled_before")
     if isinstance(before, int) and before > 0:  # a notebook cell run again: the model runs from Dynamo's cache
         return (f" (Dynamo had compiled {before} graph{'s' if before != 1 else ''} before tracing started, and code "

@@ -179,6 +179,10 @@ class ProbeError(TypedDict):
     message: str | None
 
 
+class Skipped(TypedDict):
+    reason: str | None
+
+
 class FrameWithoutGraph(TypedDict):
     compile_id: str | None
     file: str | None
@@ -188,6 +192,9 @@ class FrameWithoutGraph(TypedDict):
     stopped_in: StoppedIn | None
     #: The graph break that ended its empty graph (one right after another break), else None.
     graph_break: GraphBreak | None
+    #: Dynamo gave the frame up without an error and ran it as Python (`_compile` returned no code): `reason` is
+    #: Dynamo's first line ("... No ops traced for the FX graph ..."), None where torch gives none (2.10).
+    skipped: Skipped | None
 
 
 class Notice(TypedDict):
@@ -1374,7 +1381,7 @@ def build(trace: Trace) -> ReportModel:
     graphs = []
     frames_without_graph = []
     outside: dict[tuple, int] = {}
-    raised, limits, breaks, notices = _side_records(trace)
+    raised, limits, skipped, breaks, notices = _side_records(trace)
     for (cid, kind), by_stage in _group(trace).items():
         if not any(st in S.STAGES for st in by_stage):
             # Only user probes fired here: their function ran while no compile did (no Dynamo compile id
@@ -1395,7 +1402,8 @@ def build(trace: Trace) -> ReportModel:
                                              "qualname": p.get("qualname"), "stopped_in": None,
                                              # A break that ended an empty graph (right after another break);
                                              # none where the frame's compile raised (Dynamo gave the frame up).
-                                             "graph_break": breaks.get(cid) if cid not in raised else None})
+                                             "graph_break": breaks.get(cid) if cid not in raised else None,
+                                             "skipped": skipped.get(cid) if cid not in raised else None})
             continue
         stages: dict[str, dict[str, Any]] = {}
         for st in stage_order:
@@ -1598,6 +1606,7 @@ def _side_records(trace: Trace) -> tuple[Any, ...]:
     calls said it."""
     errors: dict[Any, dict[str, Any]] = {}
     limits: dict[Any, dict[str, Any]] = {}
+    skipped: dict[Any, dict[str, Any]] = {}
     breaks: dict[Any, dict[str, Any]] = {}
     notices: dict[str, dict[str, Any]] = {}
     for r in trace.records:
@@ -1617,13 +1626,15 @@ def _side_records(trace: Trace) -> tuple[Any, ...]:
             if brk is not None:
                 breaks[r["compile_id"]] = brk
             continue
-        err, limit = payload.get("error"), payload.get("limit")
+        err, limit, skip = payload.get("error"), payload.get("limit"), payload.get("skipped")
+        if isinstance(skip, dict):
+            skipped[r["compile_id"]] = {"reason": skip["reason"] if isinstance(skip.get("reason"), str) else None}
         if isinstance(err, dict) and isinstance(err.get("type"), str):
             errors[r["compile_id"]] = _error_view(err)
         if isinstance(limit, dict) and isinstance(limit.get("name"), str):
             limits[r["compile_id"]] = {"name": limit["name"],
                                        "value": limit["value"] if isinstance(limit.get("value"), int) else None}
-    return errors, limits, breaks, list(notices.values())
+    return errors, limits, skipped, breaks, list(notices.values())
 
 
 #: Exceptions raised when the code Inductor emitted is compiled, which it does once codegen is done (the C++

@@ -124,6 +124,35 @@ def limit_summary(limit: dict[str, Any] | None) -> str | None:
     return f"Dynamo hit torch._dynamo.config.{limit['name']}{value}, so it stopped compiling this frame"
 
 
+#: How Dynamo's skip reason starts when the skip came from inside its trace; the rest is the reason itself.
+_SKIP_PREFIX = "Dynamo decided to skip the frame while tracing: "
+
+
+def skip_reason(skipped: dict[str, Any] | None) -> str | None:
+    """Dynamo's reason for skipping a frame, without its "Dynamo decided to skip ..." opening; None where torch
+    gave none (2.10)."""
+    reason = skipped.get("reason") if isinstance(skipped, dict) else None
+    if not isinstance(reason, str) or not reason:
+        return None
+    return (reason[len(_SKIP_PREFIX):] if reason.startswith(_SKIP_PREFIX) else reason).rstrip(".")
+
+
+def skip_summary(skipped: dict[str, Any] | None) -> str | None:
+    """A frame Dynamo gave up without an error, as a clause: "Dynamo skipped it and ran it as Python: No ops
+    traced for the FX graph. ..." (torch 2.10 gives no reason, and the clause says so)."""
+    if not isinstance(skipped, dict):
+        return None
+    reason = skip_reason(skipped)
+    return f"Dynamo skipped it and ran it as Python: {reason}" if reason else \
+        "Dynamo skipped it and ran it as Python; this torch does not say why"
+
+
+def skipped_frames(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames Dynamo skipped without an error, a break or a recompile limit, in the run's order."""
+    return [f for f in model.get("frames_without_graph") or []
+            if f.get("skipped") and not f.get("stopped_in") and not break_site(f.get("graph_break"))]
+
+
 #: Dynamo's graph break reasons (torch 2.7+) give a summary line, then ``  Explanation: ...``, hints and
 #: debug context; older ones, and some still (``generic_jump TensorVariable()``), are one line.
 _EXPLANATION = re.compile(r"^\s*Explanation:\s*(.+)$", re.MULTILINE)

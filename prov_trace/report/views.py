@@ -14,7 +14,8 @@ from typing import Any, Union
 
 from prov_trace.report.sources import python_spans, span_end
 from prov_trace.report.text import (MAX_TEXT, basename, break_line, break_site, break_sites, clean, cut, error_summary,
-                                    first_line, limit_summary, short_path, target_function)
+                                    first_line, limit_summary, short_path, skip_summary, skipped_frames,
+                                    target_function)
 from prov_trace.stream import schema as S
 
 # --- inline values ------------------------------------------------------------------------
@@ -296,6 +297,7 @@ def _raised_clause(stopped: dict[str, Any]) -> str:
 
 
 def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
+    skipped = {id(f) for f in skipped_frames(model)}
     if model.get("frames_without_graph"):
         sec.blocks.append(Para(["Frames Dynamo compiled that produced no graph: ", join(
             join([str(f["compile_id"]), Code(f.get("qualname")), Loc(f.get("file"), f.get("line"))]
@@ -304,7 +306,8 @@ def _frames_without_graph(sec: Section, model: dict[str, Any]) -> None:
                     if f.get("stopped_in") else [])
                  + ([join(["(a graph break at ", Code(break_site(f["graph_break"])), " ended it before any op: ",
                            f["graph_break"]["summary"].rstrip("."), ")"], "")]
-                    if break_site(f.get("graph_break")) else []), " ")
+                    if break_site(f.get("graph_break")) else [])
+                 + ([f"({skip_summary(f['skipped'])})"] if id(f) in skipped else []), " ")
             for f in model["frames_without_graph"]), "."]))
 
 
@@ -1116,6 +1119,7 @@ def summary_lines(model: dict[str, Any]) -> list[str]:
             out.append(f"      unresolved: {u}")
     out += _raised_lines(model)
     out += _break_lines(model)
+    out += _skipped_lines(model)
     out += [f"  notice: {n['text']}" for n in model.get("notices") or []]
     tr = model["trace"]
     if not tr["complete"]:
@@ -1162,6 +1166,20 @@ def _raised_lines(model: dict[str, Any]) -> list[str]:
         out.append(f"  and {len(said) - MAX_RAISED_LINES} more compiles that raised or hit a recompile limit "
                    "(the report lists them)")
     return out
+
+
+def _skipped_lines(model: dict[str, Any]) -> list[str]:
+    """In a run that compiled no graph, one line per frame Dynamo skipped without an error (a function with no op
+    to trace): otherwise every stage reads DID NOT FIRE with no word of why. Where graphs were compiled, skips are
+    routine (an optimizer's wrappers) and the report alone lists them."""
+    if model.get("graphs"):
+        return []
+    said = [f"  [{f.get('compile_id')}] {f.get('qualname')} ({basename(f.get('file'))}:{f.get('line')}): "
+            f"{skip_summary(f['skipped'])}" for f in skipped_frames(model)]
+    if len(said) > MAX_RAISED_LINES:
+        said = said[:MAX_RAISED_LINES] + [f"  and {len(said) - MAX_RAISED_LINES} more frames Dynamo skipped "
+                                          "(the report lists them)"]
+    return said
 
 
 #: How many graph breaks the run's summary names, one line each.

@@ -241,7 +241,7 @@ PAYLOADS = {
     schema.DYNAMO_GRAPH: {**_FX_PATH, "graph_break": _BREAK},
     schema.EXPORT_GRAPH: _FX_PATH, schema.AOT_GRAPH: _FX,
     schema.COMPILE_ERROR: {"error": {"type": "str", "text": "str", "inner": {"type": "str", "text": "str"}},
-                           "limit": {"name": "str", "value": "int"}},
+                           "limit": {"name": "str", "value": "int"}, "skipped": {"reason": "str"}},
     schema.GRAPH_BREAK: {"graph_break": _BREAK},
     schema.NOTICE: {"notice": {"kind": "str", "text": "str"}},
 }
