@@ -7,7 +7,9 @@ several IR ops. Every number here is measured from a real run.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import prov_trace
 from conftest import cli
@@ -29,6 +31,7 @@ def test_fx_cells_count_compute_nodes_and_placeholders_apart(mlp_run):
     boundary = g["stages"]["post_grad"]["boundary"]
     assert len(boundary) == 6 and {o["kind"] for o in boundary} == {"placeholder", "output"}
     assert cells["stack_trace"]["pre_grad"] == {"state": "all", "n": 3, "total": 3}
+    assert g["moved"] == []  # no pass gives a node of the MLP another line
     # The rule `check` applies is the same: a fully populated graph passes.
     assert report.check("post_grad:stack_trace=all", "pre_grad:stack_trace>=0.5").ok
     # The run's summary and the Markdown count them apart too.
@@ -359,6 +362,53 @@ def test_the_random_seeds_call_is_an_artifact_kernel_and_its_empty_comment_is_no
     edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
     assert (lineage.node_id(S.KERNEL_SPEC, "aten.randint.low_out"),
             lineage.node_id(S.ARTIFACT, "aten.randint.low_out"), "name") in edges
+
+
+MUTATING_CUSTOM_OP = """\
+import torch
+@torch.library.custom_op("provtest::scale", mutates_args=())
+def scale(x: torch.Tensor, s: float) -> torch.Tensor:
+    return x * s
+@scale.register_fake
+def _(x, s):
+    return torch.empty_like(x)
+@torch.library.custom_op("provtest::bump_", mutates_args=("x",))
+def bump_(x: torch.Tensor) -> None:
+    x.add_(1)
+@torch.compile
+def f(x):
+    y = scale(x.sin(), 2.0)
+    z = y.clone()
+    bump_(z)
+    return z.cos()
+print(f(torch.randn(4)))
+"""
+
+
+def test_a_node_a_pass_gives_another_line_is_listed_where_provenance_moves(tmp_path):
+    """A custom op whose output is cloned and then mutated by another custom op: Inductor's post-grad passes rebuild
+    the first op's node (the same name and op) with the second's line, 13 -> 15. Line 13 survives through `sin`,
+    so no loss or survival row showed that the op now names the wrong line."""
+    from jsonschema_subset import validate
+
+    (tmp_path / "cop.py").write_text(MUTATING_CUSTOM_OP)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "cop.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = prov_trace.load(tmp_path / "t.msgpack")
+    (g,) = report.model["graphs"]
+    path = str(tmp_path / "cop.py")
+    assert g["moved"] == [{"name": "scale", "target": "provtest.scale.default", "from": S.AOT_GRAPH, "to": S.POST_GRAD,
+                           "was": [{"file": path, "line": 13}], "now": [{"file": path, "line": 15}]}], g["moved"]
+    # The rebuilt node's from_node names the other op's node: the pass's own record agrees with the move.
+    edges = {(e["from"], e["to"], e["via"]) for e in g["lineage"]["edges"]}
+    assert (lineage.node_id(S.PRE_GRAD, "bump__default"), lineage.node_id(S.POST_GRAD, "scale"), "from_node") in edges
+    assert next(r for r in g["survival"] if r["line"] == 13)["lost_at"] == S.ARTIFACT  # line 13 lives on in `sin`
+    md = report.to_markdown()
+    assert ("1 node names another line after a pass than before it (Where provenance moves to another line, "
+            "below): `scale`.") in md
+    assert "| `scale` | `provtest.scale.default` | AOT graph → FX post-grad | `" in md
+    schema = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
+    assert validate(json.loads(report.to_json()), schema) == []
 
 
 def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():

@@ -139,6 +139,8 @@ class Graph(TypedDict):
     off_path: dict[str, str]
     #: Where provenance is lost, ranked by lines: transition, kind of object, lines, objects.
     losses: list[dict[str, Any]]
+    #: Nodes a pass gave another line: name, target, the two stages (`from`, `to`), the lines before and after.
+    moved: list[dict[str, Any]]
 
 
 class TraceInfo(TypedDict):
@@ -1108,6 +1110,39 @@ def _inlined_subgraph(g: dict[str, Any], row: dict[str, Any],
     return [o["name"] for o in ops], list(dict.fromkeys(str(o.get("kind")) for o in ops)), attrs
 
 
+#: Consecutive FX stages of one graph, the later the earlier after a backend's passes: a node there keeps its name.
+SAME_GRAPH = ((S.DYNAMO_GRAPH, S.PRE_GRAD), (S.AOT_GRAPH, S.POST_GRAD))
+
+
+def _moved(stages: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes a pass gave another line: the same node (its name and its target, both unique in the graph) at two
+    consecutive stages of one graph, each carrying source lines, none the same. A pass that rebuilds an op while
+    it rewrites another (Inductor's handling of a custom op that mutates its input) can give the rebuilt op the
+    other's line: no line is lost, so no survival row shows it, but the op now names the wrong line."""
+    out: list[dict[str, Any]] = []
+    for before, after in SAME_GRAPH:
+        a, b = stages.get(before), stages.get(after)
+        if not (a and b and a.get("observed") and b.get("observed")):
+            continue
+        counts: dict[tuple, int] = {}
+        for o in a["objects"] + b["objects"]:
+            key = (o.get("name"), o.get("target"))
+            counts[key] = counts.get(key, 0) + 1
+        earlier = {(o.get("name"), o.get("target")): o for o in a["objects"]}
+        for o in b["objects"]:
+            key = (o.get("name"), o.get("target"))
+            prev = earlier.get(key)
+            if prev is None or counts[key] != 2:  # not in both, or not one node in each
+                continue
+            was = [s for s in prev["sources"] if s.get("line") is not None]
+            now = [s for s in o["sources"] if s.get("line") is not None]
+            if was and now and not {(s.get("file"), s["line"]) for s in was} & {(s.get("file"), s["line"]) for s in now}:
+                out.append({"name": o["name"], "target": o.get("target"), "from": before, "to": after,
+                            "was": [{"file": s.get("file"), "line": s["line"]} for s in was],
+                            "now": [{"file": s.get("file"), "line": s["line"]} for s in now]})
+    return out
+
+
 def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
     """Where provenance is lost, ranked: the user's lines grouped by the stage transition that lost them and by
     the kind of object there that lost them; most lines first."""
@@ -1462,6 +1497,7 @@ def build(trace: Trace) -> ReportModel:
             stopped["limit"] = limits[g["compile_id"]]
         g["headline"] = _headline(g, stage_order, stopped)
         g["losses"] = _losses(g)
+        g["moved"] = _moved(g["stages"])
     _mark_backward_by_compiled_autograd(graphs)
     # A frame with no graph has one record group of its compile id: where that compile stopped, if it did.
     for f, stopped in zip(frames_without_graph, _stopped_in(

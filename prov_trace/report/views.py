@@ -442,6 +442,8 @@ def _graph(g: dict[str, Any], gi: int, model: dict[str, Any], max_rows: int) -> 
         matrix.blocks.append(Bullets(reasons))
     sec.blocks.append(matrix)
     sec.blocks.append(_losses(g, titles, anchors))
+    if g.get("moved"):
+        sec.blocks.append(_moved(g, titles, anchors))
     sec.blocks.append(_survival(g, order, titles))
     sec.blocks.append(_lineage(g, titles))
     detail = Section("Per-stage detail", 3)
@@ -564,6 +566,11 @@ def _headline(g: dict[str, Any], titles: dict[str, str], kernel: str = "kernel",
                      + (": " if bare else "."))
         if bare:
             parts += [join(Code(b) for b in bare[:20]), "."]
+    moved = g.get("moved") or []
+    if moved:
+        parts += [f" {len(moved)} node{'s' if len(moved) != 1 else ''} {'names' if len(moved) == 1 else 'name'} "
+                  "another line after a pass than before it (Where provenance moves to another line, below): ",
+                  join(Code(m["name"]) for m in moved[:20]), "."]
     return Para(parts, cls="headline")
 
 
@@ -584,6 +591,20 @@ def _losses(g: dict[str, Any], titles: dict[str, str], anchors: dict[str, str]) 
                          join(Loc(ln["file"], ln["line"]) for ln in grp["lines"][:20]),
                          _linked(look, grp["objects"], anchors)]))
     sec.blocks.append(Table(["Rank", "Lost", "Object kind", "Lines", "Which lines", "Objects"], rows))
+    return sec
+
+
+def _moved(g: dict[str, Any], titles: dict[str, str], anchors: dict[str, str]) -> Section:
+    sec = Section("Where provenance moves to another line", 3)
+    sec.blocks.append(Para(["Nodes a pass gave another line: the same node (its name and its op) at two stages of "
+                            "this graph, carrying none of the lines it carried before. Its own line may still "
+                            "survive through other nodes, so the tables of losses need not show it, but from here "
+                            "on the node, and what is made from it, names a line it does not come from."]))
+    rows = [Row([_linked(m["to"], [m["name"]], anchors), Code(m.get("target")),
+                 f"{titles.get(m['from'], m['from'])} → {titles.get(m['to'], m['to'])}",
+                 join(Loc(s["file"], s["line"]) for s in m["was"]), join(Loc(s["file"], s["line"]) for s in m["now"])])
+            for m in g["moved"]]
+    sec.blocks.append(Table(["Node", "Op", "Between", "Line before", "Line after"], rows))
     return sec
 
 
