@@ -654,7 +654,8 @@ Exit status:
 @click.option("--require", "rules", multiple=True, metavar="RULE",
               help="A rule STAGE:FIELD=LEVEL or STAGE:FIELD>=FRACTION (repeatable), e.g. kernel_spec:origins=all, "
                    "'post_grad:stack_trace>=0.5', '*:stack_trace>=50%'; or 'graph_breaks<=N' on the run's graph "
-                   "break sites. Quote a rule that holds > or <.")
+                   "break sites, or 'moved_nodes<=N' on the nodes a pass gave another line. Quote a rule that holds "
+                   "> or <.")
 @click.option("--graph", "graphs", multiple=True, metavar="LABEL",
               help="Check only this graph, e.g. '0/0 inference' (repeatable). Default: every graph.")
 @click.option("--require-ranks-agree", is_flag=True,
@@ -677,6 +678,8 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
     A rule holds when it holds in every graph. A stage that did not fire fails.
     RULE := "graph_breaks" OP COUNT counts the run's graph break sites (the
     lines Dynamo broke a graph at), each listed with Dynamo's reason when it fails.
+    RULE := "moved_nodes" OP COUNT counts the nodes a pass gave another line
+    (the report's "Where provenance moves to another line"), each listed.
     Quote each rule: in a shell, > and < redirect.
 
     \b
@@ -684,7 +687,7 @@ def check(traces: tuple[str, ...], rules: tuple[str, ...], graphs: tuple[str, ..
       prov-trace check t.msgpack --require 'kernel_spec:origins=all'
       prov-trace check t.msgpack --require 'post_grad:stack_trace>=0.5' --require 'ir_post:traceback=any'
       prov-trace check traces/ --require-ranks-agree --require 'kernel_spec:origins=all'
-      prov-trace check t.msgpack --require 'graph_breaks<=0'
+      prov-trace check t.msgpack --require 'graph_breaks<=0' --require 'moved_nodes<=0'
 
     Over a directory (or several streams) every process that compiled is
     checked; processes that compiled the same are checked once, named together.

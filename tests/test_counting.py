@@ -32,6 +32,7 @@ def test_fx_cells_count_compute_nodes_and_placeholders_apart(mlp_run):
     assert len(boundary) == 6 and {o["kind"] for o in boundary} == {"placeholder", "output"}
     assert cells["stack_trace"]["pre_grad"] == {"state": "all", "n": 3, "total": 3}
     assert g["moved"] == []  # no pass gives a node of the MLP another line
+    assert "ok    moved_nodes<=0  (0 moved nodes)" in report.check("moved_nodes<=0").text
     # The rule `check` applies is the same: a fully populated graph passes.
     assert report.check("post_grad:stack_trace=all", "pre_grad:stack_trace>=0.5").ok
     # The run's summary and the Markdown count them apart too.
@@ -409,6 +410,12 @@ def test_a_node_a_pass_gives_another_line_is_listed_where_provenance_moves(tmp_p
     assert "| `scale` | `provtest.scale.default` | AOT graph → FX post-grad | `" in md
     schema = json.loads((Path(__file__).resolve().parent.parent / "docs" / "report.schema.json").read_text())
     assert validate(json.loads(report.to_json()), schema) == []
+    # A CI gate on it: `moved_nodes<=0` fails and names the node, its op and its lines.
+    gate = report.check("moved_nodes<=0")
+    assert not gate.ok
+    assert ("[0/0 inference] scale (provtest.scale.default): cop.py:13 at AOT graph, cop.py:15 at FX post-grad"
+            in gate.text), gate.text
+    assert report.check("moved_nodes<=1").ok
 
 
 def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():

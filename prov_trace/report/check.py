@@ -2,7 +2,7 @@
 
 Grammar (docs/check.md)::
 
-    RULE  := STAGE ":" FIELD OP LEVEL  |  "graph_breaks" OP COUNT
+    RULE  := STAGE ":" FIELD OP LEVEL  |  "graph_breaks" OP COUNT  |  "moved_nodes" OP COUNT
     STAGE := a stage name (source, pre_grad, post_grad, ir_pre, ir_post, kernel_spec,
              artifact, or a user probe's stage) | "*" (every stage that measures FIELD)
     FIELD := a matrix field name: stack_trace, origins, debug_handle, file:line, ...
@@ -14,7 +14,8 @@ Grammar (docs/check.md)::
 least one has; ``=none``: none has. A number compares the populated fraction
 n/N. A rule is evaluated in every graph of the trace and holds only when it
 holds in each. ``graph_breaks<=N`` counts the run's graph break sites (the lines
-Dynamo broke a graph at), whatever graphs ``--graph`` names. A stage that did not fire fails every rule; a stage that fired
+Dynamo broke a graph at), whatever graphs ``--graph`` names; ``moved_nodes<=N`` the nodes a pass gave another
+line (the report's "Where provenance moves to another line") in the graphs checked. A stage that did not fire fails every rule; a stage that fired
 with no objects satisfies only ``=none``, ``<`` and ``<=``. A rule that would
 check no cell at all (``*`` on a field no stage of the trace measures) fails.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import (break_line, break_sites, error_summary, limit_summary, skip_reason, skipped_frames,
+from prov_trace.report.text import (basename, break_line, break_sites, error_summary, limit_summary, skip_reason, skipped_frames,
                                     target_function)
 from prov_trace.stream import schema as S
 
@@ -35,9 +36,10 @@ LEVEL_WORDS = ("all", "any", "none")
 OPS = (">=", "<=", "==", "=", ">", "<")
 
 _RULE = re.compile(r"^\s*(?P<stage>[^:\s]+)\s*:\s*(?P<field>.+?)\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
-#: The rule on the run as a whole: how many graph break sites it has.
+#: The rules on counts, not on a matrix cell: the run's graph break sites; the nodes a pass gave another line.
 GRAPH_BREAKS = "graph_breaks"
-_BREAKS_RULE = re.compile(r"^\s*graph_breaks\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
+MOVED_NODES = "moved_nodes"
+_BREAKS_RULE = re.compile(r"^\s*(?P<name>graph_breaks|moved_nodes)\s*(?P<op>>=|<=|==|=|>|<)\s*(?P<level>\S+)\s*$")
 
 
 class RuleError(UsageError):
@@ -57,6 +59,11 @@ class Rule:
     def on_breaks(self) -> bool:
         """``graph_breaks OP COUNT``: a rule on the run's graph breaks, not on a matrix cell."""
         return self.field == GRAPH_BREAKS and not self.stage
+
+    @property
+    def on_moved(self) -> bool:
+        """``moved_nodes OP COUNT``: a rule on the nodes a pass gave another line."""
+        return self.field == MOVED_NODES and not self.stage
 
     def counts(self, n: int) -> bool:
         v = self.value
@@ -85,9 +92,9 @@ def parse_rule(text: str) -> Rule:
     b = _BREAKS_RULE.match(text or "")
     if b:
         if not b.group("level").isdigit():
-            raise RuleError(f"in the rule {text!r}, {b.group('level')!r} is not a count: graph_breaks takes a whole "
-                            "number, e.g. 'graph_breaks<=0'")
-        return Rule(text, "", GRAPH_BREAKS, b.group("op"), value=float(int(b.group("level"))))
+            raise RuleError(f"in the rule {text!r}, {b.group('level')!r} is not a count: {b.group('name')} takes a "
+                            f"whole number, e.g. '{b.group('name')}<=0'")
+        return Rule(text, "", b.group("name"), b.group("op"), value=float(int(b.group("level"))))
     m = _RULE.match(text or "")
     if not m:
         if re.match(r"^\s*[^:\s]+\s*:\s*[^=<>]+$", text or ""):
@@ -95,7 +102,7 @@ def parse_rule(text: str) -> Rule:
             raise RuleError(f"the rule {text!r} has no operator: if you wrote {text.strip()}>=..., the shell read '>' "
                             f"as a redirection; quote the rule, e.g. --require '{text.strip()}>=0.5'")
         raise RuleError(f"cannot read the rule {text!r}: write STAGE:FIELD=LEVEL, e.g. kernel_spec:origins=all "
-                        "or 'post_grad:stack_trace>=0.5', or 'graph_breaks<=N' (see docs/check.md)")
+                        "or 'post_grad:stack_trace>=0.5', or 'graph_breaks<=N' or 'moved_nodes<=N' (see docs/check.md)")
     stage, field, op, level = m.group("stage"), m.group("field"), m.group("op"), m.group("level")
     if level.lower() in LEVEL_WORDS:
         if op not in ("=", "=="):
@@ -154,6 +161,9 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
         if rule.on_breaks:
             results.append(_check_breaks(model, rule))
             continue
+        if rule.on_moved:
+            results.append(_check_moved(model, rule, chosen))
+            continue
         stages = _resolve(rule, model)
         failures, checked, skipped = [], [], []
         for g in chosen:
@@ -202,6 +212,30 @@ def check(model: dict[str, Any], rules: list[Rule], graphs: list[str] | None = N
                                     + "; ".join(dict.fromkeys(skipped)) + "), so it checks nothing"})
         results.append({"rule": rule.text, "holds": not failures, "checked": checked, "failures": failures})
     return results
+
+
+def _check_moved(model: dict[str, Any], rule: Rule, chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """``moved_nodes OP COUNT`` over the graphs checked: the nodes a pass gave another line, each named with its
+    graph, its op, the stages and the lines before and after."""
+    moved = [(g["label"], m) for g in chosen for m in g.get("moved") or []]
+    titles = model.get("stage_titles") or {}
+    checked = [{"graph": None, "stage": None, "moved": len(moved)}]
+    none = {"graph": None, "stage": None, "state": None, "n": len(moved), "total": 0}
+    if not chosen:
+        return {"rule": rule.text, "holds": False, "checked": checked,
+                "failures": [{**none, "why": "the trace holds no graph: nothing was compiled" + _stopped(model)}]}
+    if rule.counts(len(moved)):
+        return {"rule": rule.text, "holds": True, "checked": checked, "failures": []}
+
+    def lines(refs: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{basename(s.get('file'))}:{s.get('line')}" for s in refs)
+
+    failures = [{**none, "why": f"{len(moved)} node{'s' if len(moved) != 1 else ''} a pass gave another line:",
+                 "site": None}]
+    failures += [{**none, "graph": label, "site": {"name": m["name"], "target": m.get("target")},
+                  "why": f"[{label}] {m['name']} ({m.get('target')}): {lines(m['was'])} at {titles.get(m['from'], m['from'])}, "
+                         f"{lines(m['now'])} at {titles.get(m['to'], m['to'])}"} for label, m in moved]
+    return {"rule": rule.text, "holds": False, "checked": checked, "failures": failures}
 
 
 def _check_breaks(model: dict[str, Any], rule: Rule) -> dict[str, Any]:
@@ -260,14 +294,17 @@ def render(results: list[dict[str, Any]], titles: dict[str, str]) -> str:
     for r in results:
         cells = len(r["checked"])
         breaks = r["checked"][0].get("breaks") if r["checked"] else None
+        moved = r["checked"][0].get("moved") if r["checked"] else None
         if r["holds"] and breaks is not None:
             out.append(f"ok    {r['rule']}  ({breaks} graph break site{'s' if breaks != 1 else ''})")
+        elif r["holds"] and moved is not None:
+            out.append(f"ok    {r['rule']}  ({moved} moved node{'s' if moved != 1 else ''})")
         elif r["holds"]:
             out.append(f"ok    {r['rule']}  ({cells} cell{'s' if cells != 1 else ''})")
         else:
             out.append(f"FAIL  {r['rule']}")
             for f in r["failures"]:
-                if "site" in f:  # graph_breaks: the count, then one line per site
+                if "site" in f:  # graph_breaks, moved_nodes: the count, then one line per site or node
                     out.append(f"        {'  ' if f['site'] else ''}{f['why']}")
                     continue
                 where = f"graph {f['graph']}, {titles.get(f['stage'], f['stage'])}" if f["graph"] else "trace"
