@@ -556,8 +556,9 @@ def report(traces: tuple[str, ...], output: str, fmt: str, run_id: str | None) -
 _DIFF_EXIT_HELP = """\b
 Exit status:
   0    compared (with --fail-on-regression: and nothing regressed)
-  1    --fail-on-regression: B lost a graph A had, or a field's population
-       dropped at some stage
+  1    --fail-on-regression: B lost a graph A had, a field's population
+       dropped at some stage, or a pass gives a node another line in B and
+       not in A
   2    bad input: usage error, a file that is not a trace, an unwritable output
   130  interrupted (Ctrl-C)
 """
@@ -571,7 +572,8 @@ Exit status:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="md, html or json; `auto` takes it from the output's suffix, else md.")
 @click.option("--fail-on-regression", is_flag=True,
-              help="Exit 1 when B lost a graph A had, or any field's population dropped at any stage from A to B.")
+              help="Exit 1 when B lost a graph A had, any field's population dropped at any stage from A to B, or a "
+                   "pass gives a node another line in B and not in A.")
 @_user_errors
 def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: bool) -> int:
     """Compare two traces A (before) and B (after).
@@ -582,13 +584,15 @@ def diff(trace_a: str, trace_b: str, output: str, fmt: str, fail_on_regression: 
         dropped or rose;
       - objects (FX nodes, IR ops, kernels) added or removed at each stage,
         and lineage edges added or removed;
-      - source lines whose provenance now ends at an earlier (or later) stage.
+      - source lines whose provenance now ends at an earlier (or later) stage;
+      - nodes a pass gives another line, new or gone in B.
     Source lines match by file and line. A file the traces name at different
     paths (a baseline from another checkout or machine) is paired by its
     name, and a line an edit moved is matched by its text.
     A field's population dropped when B populates a smaller fraction of a
     stage's objects than A did, or B did not measure that stage at all; a
-    graph A has and B lacks (B compiled less, or nothing) is a regression too.
+    graph A has and B lacks (B compiled less, or nothing) is a regression too,
+    and so is a node a pass gives another line in B and not in A.
 
     A or B may be a directory of a run's streams: then rank is compared with
     rank (a single trace against each rank of the other side), and a rank A

@@ -416,6 +416,24 @@ def test_a_node_a_pass_gives_another_line_is_listed_where_provenance_moves(tmp_p
     assert ("[0/0 inference] scale (provtest.scale.default): cop.py:13 at AOT graph, cop.py:15 at FX post-grad"
             in gate.text), gate.text
     assert report.check("moved_nodes<=1").ok
+    # And `diff`: B's new moved node is a regression (`--fail-on-regression`), one gone in B a fix. A is the same
+    # run's model without it (diff is a pure function of two models).
+    import copy
+
+    from prov_trace.report import diff as _diff
+
+    before = copy.deepcopy(report.model)
+    before["graphs"][0]["moved"] = []
+    d = _diff.diff(before, report.model)
+    (reg,) = [r for r in d["regressions"] if r["kind"] == "moved"]
+    assert _diff.describe(reg) == ("node scale (provtest.scale.default) names another line from post_grad on in "
+                                   "graph 0/0 inference")
+    assert d["graphs"][0]["moved"] == {"added": g["moved"], "removed": []}
+    assert "| ▼ new | `scale` | `provtest.scale.default` | AOT graph → FX post-grad | `cop.py:13` | `cop.py:15` |" in \
+        _diff.render(d, "md")
+    back = _diff.diff(report.model, before)
+    assert not [r for r in back["regressions"] if r["kind"] == "moved"]
+    assert back["graphs"][0]["moved"] == {"added": [], "removed": g["moved"]}
 
 
 def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():

@@ -5,9 +5,11 @@ it through the view layer (``views.diff_document``) as Markdown, HTML or JSON. G
 graph kind), objects by name within a stage, source lines by file and line, graph breaks by the line they broke at.
 
 A *regression* is a graph of A that B does not have (B compiled less, or
-nothing), or a field whose population dropped at a stage: a cell that had
+nothing), a field whose population dropped at a stage: a cell that had
 populated objects in A and, in B, has a smaller populated fraction, or was not
-measured at all (the stage did not fire, or produced no objects).
+measured at all (the stage did not fire, or produced no objects); or a node a
+pass gives another line in B and not in A (the report's "Where provenance moves
+to another line").
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     for label in labels:
         x, y = ga.get(label), gb.get(label)
         entry: dict[str, Any] = {"label": label, "in": "both" if x and y else ("a" if x else "b"),
-                                 "fields": [], "objects": {}, "edges": {"added": [], "removed": []}, "survival": []}
+                                 "fields": [], "objects": {}, "edges": {"added": [], "removed": []}, "survival": [],
+                                 "moved": {"added": [], "removed": []}}
         graphs.append(entry)
         if x and not y:
             # B compiled less: every field A measured in that graph is gone with it.
@@ -179,6 +182,13 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             removed = [n for n in na if n not in set_b]
             if added or removed:
                 entry["objects"][st] = {"added": added, "removed": removed, "a": len(na), "b": len(nb)}
+        # Nodes a pass gave another line, by node, op and stages: new in B is a regression, gone in B a fix.
+        ma, mb = {_moved_key(m): m for m in x.get("moved") or []}, {_moved_key(m): m for m in y.get("moved") or []}
+        entry["moved"] = {"added": [m for k, m in mb.items() if k not in ma],
+                          "removed": [m for k, m in ma.items() if k not in mb]}
+        regressions += [{"graph": label, "kind": "moved", "layer": None, "field": None, "stage": m["to"],
+                         "change": "moved", "node": m["name"], "target": m.get("target")}
+                        for m in entry["moved"]["added"]]
         ea = {(e["from"], e["to"]) for e in (x.get("lineage") or {}).get("edges", [])}
         eb = {(rename(e["from"]), e["to"]) for e in (y.get("lineage") or {}).get("edges", [])}
         entry["edges"] = {"added": [list(e) for e in sorted(eb - ea)], "removed": [list(e) for e in sorted(ea - eb)]}
@@ -224,6 +234,10 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _moved_key(m: dict[str, Any]) -> tuple:
+    return (m.get("name"), m.get("target"), m.get("from"), m.get("to"))
+
+
 def _breaks(m: dict[str, Any], where: Callable[[Line], Line]) -> dict[Line, dict[str, Any]]:
     """Where each compile's graph ended at a graph break, as A names the line (the innermost frame of Dynamo's
     reason), with the compile and Dynamo's summary. A site is compared by its line alone: a reason's text may
@@ -252,4 +266,6 @@ def describe(r: dict[str, Any]) -> str:
     """One regression in a few words, for a terminal."""
     if r.get("kind") == "graph":
         return f"graph {r['graph']} is missing from B"
+    if r.get("kind") == "moved":
+        return f"node {r['node']} ({r['target']}) names another line from {r['stage']} on in graph {r['graph']}"
     return f"{r['field']} at {r['stage']} in graph {r['graph']}"

@@ -1241,10 +1241,12 @@ def diff_document(d: dict[str, Any]) -> Document:
     ], cls="kv")]
     n_fields = sum(len(g["fields"]) for g in d["graphs"])
     lost = [r["graph"] for r in d["regressions"] if r.get("kind") == "graph"]
-    drops = len(d["regressions"]) - len(lost)
+    drops = sum(1 for r in d["regressions"] if r.get("kind") == "field")
+    moved = sum(1 for r in d["regressions"] if r.get("kind") == "moved")
     blocks.append(Para([f"{len(lost)} graph(s) of A missing from B, {drops} field population drop(s), "
                         f"{n_fields} population change(s), {d['survival_earlier']} source line(s) whose provenance "
-                        "now ends at an earlier stage."]))
+                        "now ends at an earlier stage"
+                        + (f", {moved} node(s) a pass now gives another line." if moved else ".")]))
     gone, new = (d.get("graph_breaks") or {}).get("removed") or [], (d.get("graph_breaks") or {}).get("added") or []
     if gone or new:
         blocks.append(Section("Graph breaks", 2, [
@@ -1282,6 +1284,18 @@ def diff_document(d: dict[str, Any]) -> Document:
             Row([t(st), str(o["a"]), str(o["b"]), _codes(o["added"], MAX_DIFF_NAMES), _codes(o["removed"], MAX_DIFF_NAMES)])
             for st, o in g["objects"].items()]) if g["objects"] else Para(["No change."]))
         sec.blocks += [fields, objects]
+        moved_new, moved_gone = (g.get("moved") or {}).get("added") or [], (g.get("moved") or {}).get("removed") or []
+        if moved_new or moved_gone:
+            def moved_row(tag: Tag, m: dict[str, Any]) -> Row:
+                return Row([tag, Code(m["name"]), Code(m.get("target")), f"{t(m['from'])} → {t(m['to'])}",
+                            join(Code(f"{basename(s['file'])}:{s['line']}") for s in m["was"]),
+                            join(Code(f"{basename(s['file'])}:{s['line']}") for s in m["now"])])
+            sec.blocks.append(Section("Nodes a pass gives another line", 3, [
+                Para([f"{len(moved_new)} new in B, {len(moved_gone)} gone in B (the report's \"Where provenance moves "
+                      "to another line\")."]),
+                Table(["Change", "Node", "Op", "Between", "Line before", "Line after"],
+                      [moved_row(Tag("▼ new", "none"), m) for m in moved_new]
+                      + [moved_row(Tag("▲ gone", "all"), m) for m in moved_gone])]))
         added, removed = g["edges"]["added"], g["edges"]["removed"]
         if added or removed:
             sec.blocks.append(Section("Lineage edges", 3, [
