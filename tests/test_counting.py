@@ -436,6 +436,44 @@ def test_a_node_a_pass_gives_another_line_is_listed_where_provenance_moves(tmp_p
     assert back["graphs"][0]["moved"] == {"added": [], "removed": g["moved"]}
 
 
+TRACED_TO_NOTHING = """\
+import torch
+from torch import nn
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+    def forward(self, x):
+        x = x.to(torch.float32)
+        for layer in self.layers[:2]:
+            x = layer(x)
+        return x.contiguous().relu()
+with torch.no_grad():
+    print(torch.compile(Stack())(torch.randn(2, 8)).shape)
+"""
+
+
+def test_a_line_aot_traces_to_nothing_says_why(tmp_path):
+    """`x.to(torch.float32)` on a float32 tensor returns x, and slicing a ModuleList builds a new one whose
+    __init__ logs API usage (`torch._C._log_api_usage_once`, which Dynamo keeps): AOT autograd's trace makes no op
+    of either. Both read as "removed: no object here comes from the line's carriers" (as in a tiny Llama's
+    RMSNorm, rotary embedding and layer loop)."""
+    (tmp_path / "stack.py").write_text(TRACED_TO_NOTHING)
+    proc = cli("run", "-q", "--report", "r.md", "-o", "t.msgpack", "stack.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (g,) = prov_trace.load(tmp_path / "t.msgpack").model["graphs"]
+    kinds = {ln["line"]: loss["kind"] for loss in g["losses"] for ln in loss["lines"]}
+    assert kinds[8] == ("traced to nothing: each of the line's nodes is a tensor method (to) that returns its input "
+                        "when the tensor already has the dtype, device or layout it asks for, so AOT autograd's trace "
+                        "records no op for it"), kinds
+    assert kinds[9] == ("traced to nothing: the line's nodes are calls that make no tensor "
+                         "(torch._C._log_api_usage_once), which AOT autograd runs as it traces"), kinds
+    # `.contiguous()` shares line 11 with a relu, which carries it on: not lost at the AOT graph.
+    assert not kinds.get(11, "").startswith("traced to nothing"), kinds
+    row = next(r for r in g["survival"] if r["line"] == 8)
+    assert (row["last_stage"], row["lost_at"]) == (S.PRE_GRAD, S.AOT_GRAPH), row
+
+
 def test_folded_by_freezing_needs_frozen_constants_and_no_path_to_a_runtime_input():
     """The rule behind 'folded into a constant', on hand-made graphs (the real compile is in
     test_backends_export): every name must resolve, and none of the line's AOT nodes may reach an input the

@@ -1026,6 +1026,30 @@ def _functorch_bookkeeping(g: dict[str, Any], row: dict[str, Any],
     return calls, lines
 
 
+#: Tensor methods that return the tensor itself when it already is what they ask for (`x.to(torch.float32)` on a
+#: float32 tensor, `.contiguous()` on a contiguous one): AOT autograd's trace then records no op for them.
+_MAY_RETURN_SELF = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "bool",
+                              "contiguous", "view_as", "reshape_as", "expand_as", "detach", "cpu", "cuda"})
+#: Calls Dynamo keeps in its graph that make no tensor: AOT autograd runs them as it traces.
+_NO_TENSOR_CALLS = frozenset({"torch._C._log_api_usage_once"})
+
+
+def _traced_to_nothing(g: dict[str, Any], row: dict[str, Any], index: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """For a line the AOT graph lost whose every node before it either may return its input unchanged (a `.to()`
+    to the dtype it has) or makes no tensor (an API-usage log call): which of the two, and the calls. Else None."""
+    if row["last_stage"] not in (S.PRE_GRAD, S.DYNAMO_GRAPH):
+        return None
+    mine = _carriers_at(g, row, row["last_stage"], index)
+    if not mine:
+        return None
+    targets = [str(o.get("target") or "") for o in mine]
+    if all(o.get("kind") == "call_method" and str(o.get("target")) in _MAY_RETURN_SELF for o in mine):
+        return "self", list(dict.fromkeys(targets))
+    if all(t in _NO_TENSOR_CALLS for t in targets):
+        return "no tensor", list(dict.fromkeys(targets))
+    return None
+
+
 #: The target prefix of the attributes Inductor's freezing (`torch._inductor.config.freezing`) makes of the
 #: parameters and of what constant folding computes from them (torch/_inductor/freezing.py).
 _FROZEN_PREFIX = "_frozen_param"
@@ -1169,6 +1193,8 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
         inlined = _inlined_subgraph(g, r, carriers_index) if r["lost_by"] == [] else None
         functorch = (_functorch_bookkeeping(g, r, carriers_index) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
                      and not retraced else None)
+        nothing = (_traced_to_nothing(g, r, carriers_index) if r["lost_by"] == [] and st == S.AOT_GRAPH and not unwrapped
+                   and not retraced and not functorch else None)
         stopped = g["headline"].get("stopped_in") or {}
         for name in losers:
             obj = by_name.get(name) if name is not None else None
@@ -1190,6 +1216,13 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
                 kind = (f"torch.func transform: the line's nodes are its bookkeeping calls ({', '.join(calls[:4])}"
                         + (", ..." if len(calls) > 4 else "") + "), which AOT autograd runs as it traces, so none "
                         "becomes an ATen op" + (f"; the ops they feed carry {', '.join(fed[:4])}" if fed else ""))
+            elif nothing and nothing[0] == "self":
+                kind = (f"traced to nothing: each of the line's nodes is a tensor method ({', '.join(nothing[1][:4])}) "
+                        "that returns its input when the tensor already has the dtype, device or layout it asks for, "
+                        "so AOT autograd's trace records no op for it")
+            elif nothing:
+                kind = (f"traced to nothing: the line's nodes are calls that make no tensor ({', '.join(nothing[1][:4])}), "
+                        "which AOT autograd runs as it traces")
             elif unwrapped:
                 kind = ("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper module (its "
                         "inputs come as one list), and AOT autograd copies node meta only from a GraphModule")
