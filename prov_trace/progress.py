@@ -115,7 +115,8 @@ class Progress:
             held, self.held = self.held, None
         # A frame Dynamo skipped (no op to trace) is said nowhere live: common, and no failure.
         skipped = stage == schema.COMPILE_ERROR and isinstance(payload, dict) and "skipped" in payload
-        if held is not None and not (stage == schema.COMPILE_ERROR and not skipped and record.get("compile_id") == held[0]):
+        raised = stage == schema.COMPILE_ERROR and not skipped
+        if held is not None and not (raised and record.get("compile_id") == held[0]):
             self._say(held[1], held[2])
         if skipped:
             return

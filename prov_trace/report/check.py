@@ -15,8 +15,8 @@ least one has; ``=none``: none has. A number compares the populated fraction
 n/N. A rule is evaluated in every graph of the trace and holds only when it
 holds in each. ``graph_breaks<=N`` counts the run's graph break sites (the lines
 Dynamo broke a graph at), whatever graphs ``--graph`` names; ``moved_nodes<=N`` the nodes a pass gave another
-line (the report's "Where provenance moves to another line") in the graphs checked. A stage that did not fire fails every rule; a stage that fired
-with no objects satisfies only ``=none``, ``<`` and ``<=``. A rule that would
+line (the report's "Where provenance moves to another line") in the graphs checked. A stage that did not fire
+fails every rule; a stage that fired with no objects satisfies only ``=none``, ``<`` and ``<=``. A rule that would
 check no cell at all (``*`` on a field no stage of the trace measures) fails.
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 
 from prov_trace.errors import UsageError
 from prov_trace.report.model import FIELDS
-from prov_trace.report.text import (basename, break_line, break_sites, error_summary, limit_summary, skip_reason, skipped_frames,
-                                    target_function)
+from prov_trace.report.text import (basename, break_line, break_sites, error_summary, limit_summary, skip_reason,
+                                    skipped_frames, target_function)
 from prov_trace.stream import schema as S
 
 LEVEL_WORDS = ("all", "any", "none")
@@ -233,8 +233,9 @@ def _check_moved(model: dict[str, Any], rule: Rule, chosen: list[dict[str, Any]]
     failures = [{**none, "why": f"{len(moved)} node{'s' if len(moved) != 1 else ''} a pass gave another line:",
                  "site": None}]
     failures += [{**none, "graph": label, "site": {"name": m["name"], "target": m.get("target")},
-                  "why": f"[{label}] {m['name']} ({m.get('target')}): {lines(m['was'])} at {titles.get(m['from'], m['from'])}, "
-                         f"{lines(m['now'])} at {titles.get(m['to'], m['to'])}"} for label, m in moved]
+                  "why": f"[{label}] {m['name']} ({m.get('target')}): {lines(m['was'])} at "
+                         f"{titles.get(m['from'], m['from'])}, {lines(m['now'])} at {titles.get(m['to'], m['to'])}"}
+                 for label, m in moved]
     return {"rule": rule.text, "holds": False, "checked": checked, "failures": failures}
 
 

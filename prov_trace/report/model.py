@@ -1221,8 +1221,8 @@ def _losses(g: dict[str, Any]) -> list[dict[str, Any]]:
                         "that returns its input when the tensor already has the dtype, device or layout it asks for, "
                         "so AOT autograd's trace records no op for it")
             elif nothing:
-                kind = (f"traced to nothing: the line's nodes are calls that make no tensor ({', '.join(nothing[1][:4])}), "
-                        "which AOT autograd runs as it traces")
+                kind = ("traced to nothing: the line's nodes are calls that make no tensor "
+                        f"({', '.join(nothing[1][:4])}), which AOT autograd runs as it traces")
             elif unwrapped:
                 kind = ("compiled autograd's graph: Inductor hands it to AOT autograd inside a wrapper module (its "
                         "inputs come as one list), and AOT autograd copies node meta only from a GraphModule")
