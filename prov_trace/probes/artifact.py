@@ -46,7 +46,11 @@ def scan_python_source(text: str) -> list[dict[str, Any]]:
     """Each kernel of a Python wrapper, with where it is defined and called and its comments."""
     lines = text.splitlines()
     kernels: dict[str, dict[str, Any]] = {}
+    aliases: set[str] = set()
     for i, line in enumerate(lines):
+        a = _ALIAS_RE.match(line)
+        if a:
+            aliases.add(a.group("alias"))
         m = _DEF_RE.match(line)
         if m:
             comments = _comments_above(lines, i)
@@ -58,15 +62,15 @@ def scan_python_source(text: str) -> list[dict[str, Any]]:
                 "calls": [],
                 "comments": comments,
             }
-    aliases = {m.group("alias") for m in map(_ALIAS_RE.match, lines) if m}
     for i, line in enumerate(lines):
-        m = _CALL_RE.match(line) or _ALIAS_CALL_RE.match(line)
-        if not m or ("alias" in m.groupdict() and m.group("alias") not in aliases):
+        m = _CALL_RE.match(line)
+        aliased = m is None and (m := _ALIAS_CALL_RE.match(line)) is not None and m.group("alias") in aliases
+        if m is None:
             continue
         name = m.group("name")
         if name in kernels:
             entry = kernels[name]
-        elif name.startswith("extern_kernels.") or name.startswith("torch.ops.") or "alias" in m.groupdict():
+        elif name.startswith("extern_kernels.") or name.startswith("torch.ops.") or aliased:
             entry = kernels.setdefault(
                 name,
                 {"kernel": name, "kind": "extern" if name.startswith("extern_kernels.") else "fallback",

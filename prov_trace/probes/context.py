@@ -279,8 +279,7 @@ def _context(stage: str, frame: types.FrameType, retval: Any, state: dict) -> tu
         return _export_id(state, retval, frame), None
     # Dynamo's _compile, at entry (the Source) and at return (a frame it skipped): its compile context is
     # not open yet, or closed again, so its `compile_id` argument names the compile.
-    at_compile = stage == schema.SOURCE or (stage == schema.COMPILE_ERROR and "compile_id" in frame.f_locals
-                                            and frame.f_code.co_name == "_compile")
+    at_compile = stage == schema.SOURCE or (stage == schema.COMPILE_ERROR and frame.f_code.co_name == "_compile")
     if stage in (schema.SOURCE, schema.DYNAMO_GRAPH) or at_compile:
         # A strict export runs Dynamo inside _export: what it compiles is that export's.
         eid = _running_export(state, frame)
